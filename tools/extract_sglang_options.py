@@ -1,0 +1,52 @@
+"""Dump SGLang's own argparse table to JSON (run with the test-bed's Python, where SGLang is).
+
+    <sglang-venv>/bin/python tools/extract_sglang_options.py > configs/sglang/options-0.5.23.json
+
+The guard reads SGLang command lines with this table instead of importing SGLang (which takes
+seconds and a GPU stack). The conformance tests re-run this against the installed SGLang and
+fail when the shipped table has drifted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+
+def dump() -> dict[str, Any]:
+    """SGLang's parser as data: one entry per option-bearing action."""
+    import sglang  # type: ignore[import-not-found]
+    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    options = []
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public table
+        if not action.option_strings or isinstance(action, argparse._HelpAction):  # noqa: SLF001
+            continue
+        nargs = action.nargs
+        options.append(
+            {
+                "strings": list(action.option_strings),
+                "dest": action.dest,
+                "action": type(action).__name__,
+                "nargs": nargs if isinstance(nargs, (int, str)) or nargs is None else str(nargs),
+                "choices": (
+                    [str(c) for c in action.choices] if action.choices is not None else None
+                ),
+                "store_true": isinstance(action, argparse._StoreTrueAction),  # noqa: SLF001
+            }
+        )
+    return {
+        "sglang_version": sglang.__version__,
+        "python": sys.version.split()[0],
+        "allow_abbrev": parser.allow_abbrev,
+        "options": options,
+    }
+
+
+if __name__ == "__main__":
+    json.dump(dump(), sys.stdout, indent=1)
+    sys.stdout.write("\n")
