@@ -15,6 +15,14 @@ import sys
 from typing import Any
 
 
+def _yaml_kind(action: argparse.Action) -> str:
+    if isinstance(action, argparse._StoreTrueAction):  # noqa: SLF001
+        return "store_true"
+    if isinstance(action, argparse._StoreAction) or action.nargs is None:  # noqa: SLF001
+        return "value"
+    return "unsupported"
+
+
 def dump() -> dict[str, Any]:
     """SGLang's parser as data: one entry per option-bearing action."""
     import sglang  # type: ignore[import-not-found]
@@ -37,6 +45,9 @@ def dump() -> dict[str, Any]:
                     [str(c) for c in action.choices] if action.choices is not None else None
                 ),
                 "store_true": isinstance(action, argparse._StoreTrueAction),  # noqa: SLF001
+                # How SGLang's --config YAML merger treats it (server_args_config_parser.py):
+                # store_true keys become a bare flag, one-value keys `--key value`, others fail.
+                "yaml": _yaml_kind(action),
             }
         )
     return {

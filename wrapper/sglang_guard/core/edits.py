@@ -1,0 +1,96 @@
+"""Edits to an SGLang command line: drop a flag or set its value, touching nothing else.
+
+Every token that is not part of an edited option stays byte-for-byte. A value that came
+from the `--config` YAML is changed in a derived copy of the YAML (the user's file is never
+written) and `--config` is pointed at that copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml
+
+from sglang_guard.core.argv import CONFIG_FLAG, CommandLine
+from sglang_guard.core.options import OptionTable
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    """Drop `dest` everywhere, or make `value` its effective value (None: a bare flag)."""
+
+    dest: str
+    kind: Literal["drop", "set"]
+    value: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EditResult:
+    """The new argv, and the derived YAML (content and path) when the YAML had to change."""
+
+    argv: tuple[str, ...]
+    derived_yaml: dict[str, Any] | None
+    derived_path: str | None
+
+    def yaml_text(self) -> str | None:
+        """The derived YAML as it is written to `derived_path`."""
+        return dump_yaml(self.derived_yaml) if self.derived_yaml is not None else None
+
+
+def dump_yaml(data: Mapping[str, Any]) -> str:
+    """Stable YAML text (key order kept) for a derived SGLang config."""
+    return yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)
+
+
+def derived_path_for(data: Mapping[str, Any], derived_dir: str) -> str:
+    """A path named by the content's hash: the same edit gives the same path on every node."""
+    digest = hashlib.sha256(dump_yaml(data).encode()).hexdigest()[:12]
+    return f"{derived_dir.rstrip('/')}/sglang-config-{digest}.yaml"
+
+
+def apply_edits(
+    cl: CommandLine, table: OptionTable, edits: Sequence[Edit], derived_dir: str
+) -> EditResult:
+    """Apply `edits` (at most one per dest) to `cl`."""
+    argv = list(cl.argv)
+    remove: set[int] = set()
+    replace: dict[int, list[str]] = {}
+    append: list[str] = []
+    yaml_data = dict(cl.yaml_data) if cl.yaml_data is not None else None
+    yaml_changed = False
+    for edit in edits:
+        occs = [o for o in cl.occurrences if o.spec is not None and o.spec.dest == edit.dest]
+        if edit.kind == "drop":
+            for occ in occs:
+                if occ.origin == "cli":
+                    remove.update(range(occ.index, occ.index + occ.count))
+                elif yaml_data is not None and occ.yaml_key in yaml_data:
+                    del yaml_data[occ.yaml_key]
+                    yaml_changed = True
+            continue
+        spec = table.by_dest[edit.dest]
+        last = occs[-1] if occs else None
+        if last is None:
+            append += [spec.canonical] + ([edit.value] if edit.value is not None else [])
+        elif last.origin == "yaml" and yaml_data is not None and last.yaml_key is not None:
+            yaml_data[last.yaml_key] = True if edit.value is None else edit.value
+            yaml_changed = True
+        elif edit.value is not None and last.inline:
+            replace[last.index] = [f"{last.option}={edit.value}"]
+        elif edit.value is not None:
+            replace[last.index] = [argv[last.index], edit.value]
+            remove.update(range(last.index + 1, last.index + last.count))
+    derived_path = None
+    if yaml_changed and yaml_data is not None:
+        derived_path = derived_path_for(yaml_data, derived_dir)
+        replace[argv.index(CONFIG_FLAG) + 1] = [derived_path]
+    out: list[str] = []
+    for i, tok in enumerate(argv):
+        if i in replace:
+            out += replace[i]
+        elif i not in remove:
+            out.append(tok)
+    return EditResult(tuple(out + append), yaml_data if yaml_changed else None, derived_path)

@@ -1,0 +1,67 @@
+"""The events the supervision loop consumes: small frozen values put on one queue.
+
+Producers (reader threads, the health prober, signal handlers, file watchers, timers) only
+put events; the loop alone decides and acts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Stream = Literal["stdout", "stderr"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChildLine:
+    """One line the child wrote, cleaned for matching (ANSI stripped, head only)."""
+
+    gen: int  # which launch of the child (1, 2, ...): late lines of a stopped child are ignored
+    stream: Stream
+    text: str
+    length: int  # the raw line's full length in bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ChildExited:
+    """The child process was reaped."""
+
+    gen: int
+    pid: int
+    returncode: int  # as subprocess reports it: negative for a signal
+
+
+@dataclass(frozen=True, slots=True)
+class HealthResult:
+    """One probe of SGLang's HTTP health endpoints."""
+
+    gen: int
+    endpoint: str  # "/health" or "/health_generate"
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A timer fired (`name` says which: "backoff", "stable", "liveness", "ready_timeout")."""
+
+    name: str
+    gen: int
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReceived:
+    """A signal the guard handles (SIGTERM, SIGINT, SIGHUP) was caught."""
+
+    signum: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileChanged:
+    """A watched file settled after a change (debounced)."""
+
+    path: str
+    kind: Literal["guard_config", "sglang_yaml", "rule_pack"]
+
+
+Event = ChildLine | ChildExited | HealthResult | Tick | SignalReceived | FileChanged

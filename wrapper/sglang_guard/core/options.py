@@ -1,0 +1,136 @@
+"""SGLang's option table as data, and argparse's way of finding an option in a token.
+
+The table is a dump of SGLang's own parser (tools/extract_sglang_options.py), so the guard
+reads a command line the way `sglang.launch_server` does without importing SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from sglang_guard.errors import ConfigError
+
+NargsT = int | str | None
+YamlKind = Literal["store_true", "value", "unsupported"]
+
+# argparse's own test for "looks like a negative number" (argparse.py, _negative_number_matcher).
+_NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """One SGLang option: its spellings, where it stores, and how many values it takes."""
+
+    strings: tuple[str, ...]
+    dest: str
+    action: str
+    nargs: NargsT
+    choices: tuple[str, ...] | None
+    store_true: bool
+    yaml: YamlKind
+
+    @property
+    def canonical(self) -> str:
+        """The first long spelling, e.g. `--model-path` for `--model`."""
+        return next((s for s in self.strings if s.startswith("--")), self.strings[0])
+
+    @property
+    def takes_value(self) -> bool:
+        """False for flags such as `--trust-remote-code`."""
+        return self.nargs != 0
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """How argparse reads one token that starts with `-`."""
+
+    kind: Literal["exact", "abbrev", "ambiguous", "unknown", "not_option"]
+    spec: OptionSpec | None = None
+    option: str | None = None  # the option string matched (full spelling)
+    explicit: str | None = None  # the value after `=`, when given inline
+    matches: tuple[str, ...] = ()  # for ambiguous prefixes
+
+
+@dataclass(frozen=True, slots=True)
+class OptionTable:
+    """The whole parser: every option, indexed by spelling and by dest."""
+
+    sglang_version: str
+    options: tuple[OptionSpec, ...]
+    by_string: Mapping[str, OptionSpec]
+    by_dest: Mapping[str, OptionSpec]
+    allow_abbrev: bool = True
+
+    def spec(self, name: str) -> OptionSpec:
+        """The option with this exact spelling or dest; KeyError when SGLang has none."""
+        if name in self.by_string:
+            return self.by_string[name]
+        return self.by_dest[name.lstrip("-").replace("-", "_")]
+
+    def lookup(self, token: str) -> Lookup:
+        """Classify `token` exactly as Python 3.11's argparse `_parse_optional` does."""
+        if not token or token[0] != "-":
+            return Lookup("not_option")
+        if token in self.by_string:
+            return Lookup("exact", self.by_string[token], token)
+        if len(token) == 1:
+            return Lookup("not_option")
+        if "=" in token:
+            head, explicit = token.split("=", 1)
+            if head in self.by_string:
+                return Lookup("exact", self.by_string[head], head, explicit)
+        if self.allow_abbrev and token.startswith("--"):
+            prefix, sep, rest = token.partition("=")
+            explicit_arg = rest if sep else None
+            hits = tuple(s for s in self.by_string if s.startswith(prefix))
+            if len(hits) > 1:
+                return Lookup("ambiguous", matches=hits)
+            if len(hits) == 1:
+                return Lookup("abbrev", self.by_string[hits[0]], hits[0], explicit_arg)
+        if _NEGATIVE_NUMBER.match(token) or " " in token:
+            return Lookup("not_option")
+        return Lookup("unknown")
+
+
+def parse_table(data: Mapping[str, Any], path: str) -> OptionTable:
+    """Build the table from the JSON dump; errors name the file and the entry."""
+    try:
+        options = tuple(
+            OptionSpec(
+                strings=tuple(o["strings"]),
+                dest=str(o["dest"]),
+                action=str(o["action"]),
+                nargs=o["nargs"],
+                choices=tuple(o["choices"]) if o["choices"] is not None else None,
+                store_true=bool(o["store_true"]),
+                yaml=o["yaml"],
+            )
+            for o in data["options"]
+        )
+        version = str(data["sglang_version"])
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(path, "options", f"not an SGLang option dump ({exc!r})") from exc
+    by_string = {s: o for o in options for s in o.strings}
+    by_dest = {o.dest: o for o in options}
+    return OptionTable(version, options, by_string, by_dest, bool(data.get("allow_abbrev", True)))
+
+
+_CACHE: dict[str, OptionTable] = {}
+
+
+def load_option_table(version: str = "0.5.23") -> OptionTable:
+    """The shipped dump of SGLang `version`'s parser (read once per process)."""
+    from sglang_guard.resources import config_path  # noqa: PLC0415 - keeps core import-light
+
+    if version not in _CACHE:
+        path = config_path("sglang", f"options-{version}.json")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(str(path), None, f"cannot read the SGLang option table: {exc}") from exc
+        _CACHE[version] = parse_table(data, str(path))
+    return _CACHE[version]

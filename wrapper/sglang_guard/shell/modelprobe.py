@@ -1,0 +1,248 @@
+"""Resolve a model path to ModelFacts with transformers' AutoConfig, as SGLang would.
+
+AutoConfig is the source of truth; a small on-disk cache memoises its answer, keyed by the
+config.json bytes, the transformers version, the override args and the guard's own table,
+so a second `check` does not pay for importing transformers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
+from sglang_guard.core.facts import ModelFacts
+from sglang_guard.errors import InputError, ModelError
+from sglang_guard.resources import config_path
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+_TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
+_CACHE_VERSION = "1"
+
+
+def cache_dir() -> Path:
+    """Where memoised model facts live (`$SGLANG_GUARD_CACHE`, else ~/.cache/sglang-guard)."""
+    root = os.environ.get("SGLANG_GUARD_CACHE") or Path.home() / ".cache" / "sglang-guard"
+    return Path(root) / "facts"
+
+
+def parse_overrides(override_args: str | None) -> dict[str, Any]:
+    """`--json-model-override-args` as a dict (SGLang json.loads it the same way)."""
+    if not override_args:
+        return {}
+    try:
+        data = json.loads(override_args)
+    except ValueError as exc:
+        raise InputError(f"--json-model-override-args is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise InputError("--json-model-override-args must be a JSON object")
+    return data
+
+
+def resolve_model(
+    path: str,
+    *,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    override_args: str | None = None,
+    is_draft: bool = False,
+    use_cache: bool = True,
+) -> ModelFacts:
+    """The model's facts; an unresolvable hub id gives `unknown` with a warning."""
+    overrides = parse_overrides(override_args)
+    table = load_default_arch_table()
+    local = Path(path).expanduser()
+    if local.exists():
+        raw = _read_local_config(local)
+        if raw is None:
+            return ModelFacts(path, (), "unknown", None,
+                              f"{path} has no config.json (GGUF or Mistral-format checkpoint?): "
+                              "architecture checks skipped")
+    elif _looks_like_path(path):
+        raise ModelError(f"model path {path!r} does not exist")
+    else:
+        raw = _hub_config_bytes(path, revision)
+        if raw is None:
+            return ModelFacts(path, (), "unknown", None,
+                              f"cannot resolve hub model {path!r} (offline and not in the local "
+                              "Hugging Face cache): architecture checks skipped")
+    key = _cache_key(raw, revision, trust_remote_code, overrides, is_draft)
+    cached = _cache_get(key) if use_cache else None
+    if cached is not None:
+        return ModelFacts(path, tuple(cached["architectures"]), cached["attention_arch"],
+                          cached["model_type"], cached["warning"])
+    archs, model_type, fields, warning = _auto_config(
+        path, raw, revision, trust_remote_code, overrides, table
+    )
+    if is_draft:
+        archs = draft_architectures(table, archs)
+    facts = ModelFacts(path, archs, classify(table, archs, fields) if archs else "unknown",
+                       model_type, warning if archs else (warning or "config has no architectures"))
+    if use_cache:
+        _cache_put(key, facts)
+    return facts
+
+
+def _looks_like_path(path: str) -> bool:
+    return path.startswith(("/", ".", "~")) or path.endswith("/") or not _HUB_ID.match(path)
+
+
+def _read_local_config(local: Path) -> bytes | None:
+    """config.json's bytes; None for checkpoints SGLang reads another way (GGUF, Mistral)."""
+    if local.is_file():
+        if local.suffix == ".gguf":
+            return None
+        raise ModelError(f"model path {str(local)!r} is a file, not a model directory")
+    cfg = local / "config.json"
+    if not cfg.exists():
+        if (local / "params.json").exists() or any(local.glob("*.gguf")):
+            return None
+        raise ModelError(f"model directory {str(local)!r} has no config.json")
+    try:
+        raw = cfg.read_bytes()
+    except OSError as exc:
+        raise ModelError(f"cannot read {cfg}: {exc.strerror}") from exc
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        detail = "the file is empty" if not raw.strip() else str(exc)
+        raise ModelError(f"{cfg} is not valid JSON ({detail})") from exc
+    if not isinstance(data, dict):
+        raise ModelError(f"{cfg} must hold a JSON object, not {type(data).__name__}")
+    return raw
+
+
+def _hub_config_bytes(repo_id: str, revision: str | None) -> bytes | None:
+    """config.json of a hub model: from the local cache, or downloaded when SGLang would."""
+    try:
+        from huggingface_hub import hf_hub_download, try_to_load_from_cache  # noqa: PLC0415
+        from huggingface_hub.errors import HfHubHTTPError  # noqa: PLC0415
+    except ImportError:
+        return None
+    cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
+    if isinstance(cached, str):
+        return Path(cached).read_bytes()
+    offline = any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
+                  for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    if offline:
+        return None
+    # SGLang would download this model at start; fetching its config.json first is the
+    # smallest part of what it would fetch anyway.
+    try:
+        got = hf_hub_download(repo_id, "config.json", revision=revision, etag_timeout=10)
+    except (OSError, ValueError, HfHubHTTPError):
+        return None
+    return Path(got).read_bytes()
+
+
+def _auto_config(
+    path: str,
+    raw: bytes,
+    revision: str | None,
+    trust_remote_code: bool,
+    overrides: Mapping[str, Any],
+    table: ArchTable,
+) -> tuple[tuple[str, ...], str | None, dict[str, Any], str | None]:
+    """Load with AutoConfig (as SGLang's get_config does), apply overrides, read the text config."""
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    from transformers import AutoConfig, PretrainedConfig  # noqa: PLC0415 - slow import, once
+
+    warning = None
+    try:
+        config = AutoConfig.from_pretrained(
+            path, trust_remote_code=trust_remote_code, revision=revision
+        )
+    except (ValueError, KeyError, OSError) as exc:
+        # A model_type transformers does not know (SGLang registers its own config classes
+        # for those) or remote code the command did not allow: read the plain fields.
+        config = PretrainedConfig.from_dict(json.loads(raw))
+        warning = f"AutoConfig could not load it ({str(exc).splitlines()[0][:160]}); read config.json as-is"
+    for key, value in overrides.items():  # mirrors sglang get_config's override merge
+        current = getattr(config, key, None)
+        if isinstance(value, dict) and isinstance(current, PretrainedConfig):
+            current.update(value)
+        elif key in ("rope_scaling", "rope_parameters") and isinstance(value, dict) \
+                and isinstance(current, dict):
+            setattr(config, key, {**current, **value})
+        else:
+            setattr(config, key, value)
+    archs = tuple(getattr(config, "architectures", None) or ())
+    text = _text_config(config, archs)
+    wanted = {r.field for r in table.rules if r.field}
+    fields = {f: _get(text, f) for f in wanted if _has(text, f)}
+    return archs, getattr(config, "model_type", None), fields, warning
+
+
+def _text_config(config: Any, archs: tuple[str, ...]) -> Any:
+    """SGLang's get_hf_text_config: the sub-config the language model reads."""
+    if archs and archs[0].startswith("Llava") and archs[0].endswith("ForCausalLM"):
+        return config
+    thinker = _get(config, "thinker_config")
+    if thinker is not None:
+        sub = _get(thinker, "text_config")
+        return sub if sub is not None else thinker
+    for attr in _TEXT_CONFIG_ATTRS[1:]:
+        sub = _get(config, attr)
+        if sub is not None:
+            return sub
+    return config
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def _has(obj: Any, name: str) -> bool:
+    return name in obj if isinstance(obj, dict) else hasattr(obj, name)
+
+
+def _cache_key(raw: bytes, revision: str | None, trust: bool,
+               overrides: Mapping[str, Any], is_draft: bool) -> str:
+    h = hashlib.sha256()
+    for part in (
+        _CACHE_VERSION,
+        _transformers_version(),
+        revision or "",
+        str(trust),
+        json.dumps(overrides, sort_keys=True),
+        str(is_draft),
+        config_path("attention-arch.toml").read_text(encoding="utf-8"),
+    ):
+        h.update(part.encode() + b"\0")
+    h.update(raw)
+    return h.hexdigest()
+
+
+def _transformers_version() -> str:
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def _cache_get(key: str) -> dict[str, Any] | None:
+    try:
+        data = json.loads((cache_dir() / f"{key}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _cache_put(key: str, facts: ModelFacts) -> None:
+    body = json.dumps({"architectures": list(facts.architectures),
+                       "attention_arch": facts.attention_arch,
+                       "model_type": facts.model_type, "warning": facts.warning})
+    target = cache_dir() / f"{key}.json"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(body, encoding="utf-8")
+        tmp.replace(target)
+    except OSError:
+        pass  # a cache that cannot be written only costs time

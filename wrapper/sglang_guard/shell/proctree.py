@@ -1,0 +1,186 @@
+"""Stop a child's whole process tree: snapshot, SIGTERM, wait, SIGKILL what survives.
+
+SGLang runs as a tree (the launcher, `sglang::scheduler`, `sglang::detokenizer`, a
+multiprocessing resource tracker), so killing only the main pid leaks GPU memory and ports.
+
+Exits are awaited through pidfds (`pidfd_open`, Linux 5.3+), not `psutil.wait_procs`:
+`wait_procs` calls `waitpid` on our own child and so reaps it, stealing the exit status
+from the `Popen` that owns it (its `wait` then reports 0). A pidfd becomes readable when the
+process exits, zombie or not, and reaps nothing. Without pidfds we poll, every 20 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import psutil
+
+KILL_WAIT = 10.0  # seconds to let SIGKILLed processes go (a process in a driver call dies late)
+_POLL = 0.02  # fallback poll interval when pidfds are unavailable
+
+
+@dataclass(frozen=True, slots=True)
+class StopReport:
+    """What `stop_tree` did: exits on SIGTERM, processes SIGKILLed, processes still alive."""
+
+    terminated: int
+    killed: int
+    survivors_after: int
+    seconds: float
+
+
+class _Handle:
+    """One process of the snapshot, held by pidfd so that a reused pid is never signalled."""
+
+    __slots__ = ("fd", "proc")
+
+    def __init__(self, proc: psutil.Process, fd: int | None) -> None:
+        self.proc = proc
+        self.fd = fd
+
+    def exited(self) -> bool:
+        """True once the process has exited (a zombie counts: it holds nothing but its pid)."""
+        if self.fd is not None:
+            return bool(select.select([self.fd], [], [], 0)[0])
+        try:
+            return self.proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    def send(self, sig: signal.Signals) -> None:
+        """Send `sig`; a process that is already gone counts as done (ESRCH)."""
+        with contextlib.suppress(ProcessLookupError, psutil.NoSuchProcess):
+            if self.fd is not None:
+                signal.pidfd_send_signal(self.fd, sig)
+            else:
+                self.proc.send_signal(sig)  # psutil checks the create time: no reused pid
+
+    def close(self) -> None:
+        """Release the pidfd."""
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _in_group(pid: int, pgid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pgid or os.getsid(pid) == pgid
+    except OSError:  # gone, or not ours to inspect
+        return False
+
+
+def _group(pgid: int) -> list[psutil.Process]:
+    """Live members of the process group or session `pgid`, never the guard itself."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid() or not _in_group(proc.pid, pgid):
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+    return found
+
+
+def _snapshot(pid: int | None, pgid: int) -> dict[int, psutil.Process]:
+    """The main process, its descendants, the group, the session, and their descendants."""
+    roots = _group(pgid)
+    if pid is not None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            roots.append(psutil.Process(pid))
+    procs: dict[int, psutil.Process] = {}
+    for root in roots:
+        procs[root.pid] = root
+        # Descendants that called setsid left the group but are still children of a member;
+        # once their parent dies they are reparented and only this snapshot remembers them.
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for kid in root.children(recursive=True):
+                procs.setdefault(kid.pid, kid)
+    procs.pop(os.getpid(), None)
+    return procs
+
+
+def _open(procs: Iterable[psutil.Process]) -> list[_Handle]:
+    handles = []
+    for proc in procs:
+        fd: int | None = None
+        try:
+            fd = os.pidfd_open(proc.pid)
+        except ProcessLookupError:
+            continue
+        except (OSError, AttributeError):  # no pidfds here (old kernel, not Linux): poll instead
+            fd = None
+        handle = _Handle(proc, fd)
+        # The pid may have been reused between the snapshot and pidfd_open.
+        if not proc.is_running() or handle.exited():
+            handle.close()
+            continue
+        handles.append(handle)
+    return handles
+
+
+def _wait(handles: list[_Handle], timeout: float) -> list[_Handle]:
+    """Wait up to `timeout` for every handle to exit; returns those still alive."""
+    deadline = time.monotonic() + timeout
+    alive = [h for h in handles if not h.exited()]
+    while alive:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        fds = [h.fd for h in alive if h.fd is not None]
+        if len(fds) == len(alive):
+            select.select(fds, [], [], left)
+        else:
+            time.sleep(min(left, _POLL))
+        alive = [h for h in alive if not h.exited()]
+    return alive
+
+
+def _killpg(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def stop_tree(pid: int | None, pgid: int, grace: float) -> StopReport:
+    """SIGTERM the tree of `pid` and the group/session `pgid`, SIGKILL what outlives `grace`.
+
+    `pid` is None when the main process was already reaped (its number may be reused).
+    Blocks until nothing of the tree remains or KILL_WAIT passed after the SIGKILL.
+    """
+    if pgid <= 1 or pgid == os.getpgrp():
+        raise ValueError(f"refusing to signal process group {pgid}")  # a bug in the caller
+    started = time.monotonic()
+    handles = _open(_snapshot(pid, pgid).values())
+    try:
+        _killpg(pgid, signal.SIGTERM)
+        for handle in handles:  # members outside the group (setsid) get their chance too
+            handle.send(signal.SIGTERM)
+        survivors = _wait(handles, grace)
+        terminated = len(handles) - len(survivors)
+        # Processes forked after the snapshot are in the group; killpg reaches them.
+        _killpg(pgid, signal.SIGKILL)
+        known = {h.proc.pid for h in handles}
+        late = _open(p for p in _group(pgid) if p.pid not in known)
+        handles += late
+        for handle in survivors + late:
+            handle.send(signal.SIGKILL)
+        left = _wait(survivors + late, KILL_WAIT)
+        return StopReport(
+            terminated=terminated,
+            killed=len(survivors) + len(late),
+            survivors_after=len(left),
+            seconds=time.monotonic() - started,
+        )
+    finally:
+        for handle in handles:
+            handle.close()
+
+
+def find_orphans(pgid: int) -> list[int]:
+    """Pids still in the process group or session `pgid` (a previous guard's leftovers)."""
+    return sorted(proc.pid for proc in _group(pgid))
