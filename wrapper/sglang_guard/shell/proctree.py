@@ -47,7 +47,7 @@ class _Handle:
     def exited(self) -> bool:
         """True once the process has exited (a zombie counts: it holds nothing but its pid)."""
         if self.fd is not None:
-            return bool(select.select([self.fd], [], [], 0)[0])
+            return bool(_poll([self.fd], 0))
         try:
             return self.proc.status() == psutil.STATUS_ZOMBIE
         except psutil.NoSuchProcess:
@@ -66,6 +66,14 @@ class _Handle:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def _poll(fds: list[int], timeout: float) -> list[tuple[int, int]]:
+    # poll, not select: no FD_SETSIZE limit on the pidfd numbers of a long-lived guard
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    return poller.poll(timeout * 1000)
 
 
 def _in_group(pid: int, pgid: int) -> bool:
@@ -134,7 +142,7 @@ def _wait(handles: list[_Handle], timeout: float) -> list[_Handle]:
             break
         fds = [h.fd for h in alive if h.fd is not None]
         if len(fds) == len(alive):
-            select.select(fds, [], [], left)
+            _poll(fds, left)
         else:
             time.sleep(min(left, _POLL))
         alive = [h for h in alive if not h.exited()]

@@ -1,0 +1,259 @@
+"""The child shell with real processes: pass-through, line events, exits, parent death."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import queue
+import random
+import selectors
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+from sglang_guard.core.events import ChildExited
+from sglang_guard.errors import InputError
+from sglang_guard.shell.child import Child
+
+from .conftest import FAKE, BlockingSink, HashSink, collect, fake_argv, next_line, wait_gone
+
+MB = 1 << 20
+
+
+def rand(size: int, seed: int) -> bytes:
+    """The bytes the fake child's ["random", stream, size, seed] step writes."""
+    return random.Random(seed).randbytes(size)  # noqa: S311
+
+
+def check_lines(lines, stream, data):
+    """Line events of `stream` tile `data` exactly: one per newline, plus an unterminated tail."""
+    mine = [line for line in lines if line.stream == stream]
+    assert len(mine) == data.count(b"\n") + (not data.endswith(b"\n"))
+    assert sum(line.length for line in mine) + data.count(b"\n") == len(data)
+
+
+def test_passthrough_is_byte_exact_and_in_order_per_stream(spawn, events):
+    out, err = io.BytesIO(), io.BytesIO()
+    child = spawn(
+        ["print", "stdout", "start"],
+        ["random", "stdout", 3 * MB, 1],
+        ["hex", "stdout", "0a"],
+        ["hex", "stderr", "00ff0a1b5b306d0a"],
+        ["random", "stderr", 2 * MB, 2],
+        ["print", "stdout", "end"],
+        ["print", "stderr", "end"],
+        stdout_sink=out,
+        stderr_sink=err,
+    )
+    lines, exited = collect(events)
+    assert child.join(20)
+    want_out = b"start\n" + rand(3 * MB, 1) + b"\nend\n"
+    want_err = bytes.fromhex("00ff0a1b5b306d0a") + rand(2 * MB, 2) + b"end\n"
+    assert out.getvalue() == want_out
+    assert err.getvalue() == want_err
+    check_lines(lines, "stdout", want_out)
+    check_lines(lines, "stderr", want_err)
+    stdout_lines = [line for line in lines if line.stream == "stdout"]
+    assert stdout_lines[0].text == "start"
+    assert stdout_lines[-1].text == "end"
+    assert exited == ChildExited(1, child.pid, 0)
+
+
+def test_a_100_mb_line_passes_whole_and_is_matched_on_its_head(spawn, events):
+    size, sink = 100_000_000, HashSink()
+    child = spawn(["fill", "stdout", size, "x"], stdout_sink=sink, line_cap=1024)
+    lines, exited = collect(events, timeout=60)
+    assert child.join(20)
+    assert exited.returncode == 0
+    assert [(line.stream, line.text, line.length) for line in lines] == [
+        ("stdout", "x" * 1024, size)
+    ]
+    want = hashlib.sha256()
+    block = b"x" * MB
+    for start in range(0, size, MB):
+        want.update(block[: min(MB, size - start)])
+    assert (sink.size, sink.sha.hexdigest()) == (size, want.hexdigest())
+
+
+def test_a_long_line_keeps_its_head_and_the_next_line_is_whole(spawn, events):
+    out = io.BytesIO()
+    spawn(
+        ["fill", "stdout", 5000, "a"],
+        ["hex", "stdout", "0a"],
+        ["print", "stdout", "next"],
+        stdout_sink=out,
+        line_cap=100,
+    )
+    lines, _ = collect(events)
+    assert [(line.text, line.length) for line in lines] == [("a" * 100, 5000), ("next", 4)]
+    assert out.getvalue() == b"a" * 5000 + b"\nnext\n"
+
+
+def test_text_is_cleaned_but_the_bytes_pass_through_unchanged(spawn, events):
+    raw = b"\x1b[31mERROR\x1b[0m: bad \xff\xfe byte\x00 here\r\n"
+    out = io.BytesIO()
+    spawn(["hex", "stdout", raw.hex()], stdout_sink=out)
+    lines, _ = collect(events)
+    assert [(line.text, line.length) for line in lines] == [
+        ("ERROR: bad \ufffd\ufffd byte here", len(raw) - 1)
+    ]
+    assert out.getvalue() == raw
+
+
+def test_a_last_line_without_newline_is_still_emitted(spawn, events):
+    spawn(
+        ["print", "stdout", "one"],
+        ["hex", "stdout", b"tail".hex()],
+        ["hex", "stderr", b"err-tail".hex()],
+    )
+    lines, _ = collect(events)
+    assert sorted((line.stream, line.text) for line in lines) == [
+        ("stderr", "err-tail"),
+        ("stdout", "one"),
+        ("stdout", "tail"),
+    ]
+
+
+def test_a_blocked_sink_does_not_stall_the_child(spawn, events):
+    sink = BlockingSink()
+    child = spawn(["random", "stdout", 4 * MB, 3], ["print", "stderr", "done"], stdout_sink=sink)
+    try:
+        # The sink has not accepted a byte, yet the child wrote 4 MB (64 pipe-fulls) and exited.
+        _, exited = collect(events)
+        assert exited.returncode == 0
+        assert sink.entered.is_set()
+        assert sink.getvalue() == b""
+        assert not child.drain(0)
+    finally:
+        sink.release.set()
+    assert child.drain(20)
+    assert sink.getvalue() == rand(4 * MB, 3)
+    assert child.join(20)
+
+
+def test_past_the_byte_budget_the_reader_holds_the_child(spawn, events):
+    sink = BlockingSink()
+    child = spawn(["random", "stdout", 4 * MB, 4], stdout_sink=sink, byte_budget=256 * 1024)
+    try:
+        with pytest.raises(queue.Empty):
+            collect(events, timeout=1.0)  # documented: the child blocks in write()
+        assert child.poll() is None
+    finally:
+        sink.release.set()
+    _, exited = collect(events)
+    assert exited.returncode == 0
+    assert child.join(20)
+    assert sink.getvalue() == rand(4 * MB, 4)
+
+
+@pytest.mark.parametrize(
+    ("steps", "returncode"),
+    [
+        ([["print", "stdout", "x"]], 0),
+        ([["exit", 3]], 3),
+        ([["kill", int(signal.SIGKILL)]], -signal.SIGKILL),
+        ([["kill", int(signal.SIGSEGV)]], -signal.SIGSEGV),
+    ],
+)
+def test_exit_codes_and_signals(spawn, events, steps, returncode):
+    child = spawn(*steps, gen=7)
+    _, exited = collect(events)
+    assert exited == ChildExited(7, child.pid, returncode)
+    assert child.join(10)
+    assert child.poll() == returncode
+
+
+def test_exactly_one_exit_event_after_every_line_and_no_zombie(spawn, events):
+    streams = ("stdout", "stderr")
+    steps = [["print", stream, f"{stream} {i}"] for i in range(200) for stream in streams]
+    child = spawn(*steps, ["exit", 5])
+    lines, exited = collect(events)
+    assert child.join(10)
+    assert events.empty()  # nothing after the exit event
+    assert exited.returncode == 5
+    for stream in ("stdout", "stderr"):
+        assert [line.text for line in lines if line.stream == stream] == [
+            f"{stream} {i}" for i in range(200)
+        ]
+    with pytest.raises(psutil.NoSuchProcess):  # reaped: not even a zombie is left
+        psutil.Process(child.pid)
+    assert all(p.status() != psutil.STATUS_ZOMBIE for p in psutil.Process().children())
+
+
+def test_stop_lets_a_cooperative_child_finish(spawn, events):
+    child = spawn(
+        ["print", "stdout", "ready"], ["wait_term"], ["print", "stdout", "bye"], ["exit", 0]
+    )
+    next_line(events, lambda line: line.text == "ready")
+    report = child.stop(grace=10)
+    assert (report.terminated, report.killed, report.survivors_after) == (1, 0, 0)
+    lines, exited = collect(events)
+    assert [line.text for line in lines] == ["bye"]
+    assert exited.returncode == 0
+
+
+def test_the_child_runs_in_its_own_session_with_stdin_from_devnull(spawn, events):
+    child = spawn(["print", "stdout", "ready"], ["pause"])
+    next_line(events, lambda line: line.text == "ready")
+    assert os.getsid(child.pid) == child.pid == os.getpgid(child.pid) == child.pgid
+    assert str(Path(f"/proc/{child.pid}/fd/0").readlink()) == os.devnull
+    child.stop(grace=5)
+    collect(events)
+
+
+def test_a_missing_program_is_an_input_error(events):
+    with pytest.raises(InputError, match="no-such-program"):
+        Child.spawn(
+            ["/no-such-program"],
+            gen=1,
+            events=events,
+            stdout_sink=io.BytesIO(),
+            stderr_sink=io.BytesIO(),
+        )
+
+
+def test_a_bounded_event_queue_is_refused():
+    with pytest.raises(ValueError, match="unbounded"):
+        Child.spawn(
+            fake_argv(),
+            gen=1,
+            events=queue.Queue(maxsize=10),
+            stdout_sink=io.BytesIO(),
+            stderr_sink=io.BytesIO(),
+        )
+
+
+def test_the_child_dies_with_a_sigkilled_guard():
+    """A guard spawns a child from its main thread; SIGKILL the guard: the kernel kills the child.
+
+    The child is in its own session, so nothing but PR_SET_PDEATHSIG reaches it.
+    """
+    script = fake_argv(["print", "stdout", "ready"], ["pause"])[-1]
+    guard = subprocess.Popen(
+        [sys.executable, str(FAKE), "--guard", script],
+        stdout=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    child_pid = None
+    try:
+        assert guard.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(guard.stdout, selectors.EVENT_READ)
+            assert sel.select(timeout=30), "the fake guard never reported its child"
+        words = guard.stdout.readline().split()
+        assert words[0] == b"child" and words[2] == b"ready"
+        child_pid = int(words[1])
+        assert os.getsid(child_pid) != os.getsid(guard.pid)
+        guard.kill()
+        assert guard.wait(10) == -signal.SIGKILL
+        assert wait_gone([child_pid], timeout=10) == []
+    finally:
+        guard.kill()
+        guard.wait(10)
+        if child_pid is not None and wait_gone([child_pid], timeout=0):
+            os.kill(child_pid, signal.SIGKILL)

@@ -1,0 +1,143 @@
+"""Stopping a process tree and finding leftovers, with real processes; and the port checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import threading
+
+import psutil
+import pytest
+
+from sglang_guard.errors import InputError
+from sglang_guard.shell.ports import free_port, port_is_free, wait_port_free
+from sglang_guard.shell.proctree import find_orphans, stop_tree
+
+from .conftest import collect, fake_argv, next_line, read_pidfile, wait_gone
+
+
+def start_tree(spawn, events, pidfile, *, plain: int, setsid: int):
+    """A SIGTERM-ignoring fake child with grandchildren, all running; returns (child, pids)."""
+    child = spawn(
+        ["ignore_term"],
+        ["spawn", plain, False],
+        ["spawn", setsid, True],
+        ["pidfile", str(pidfile)],
+        ["print", "stdout", "ready"],
+        ["pause"],
+    )
+    # Each grandchild prints once it ignores SIGTERM: then the counts below are exact.
+    for _ in range(plain + setsid + 1):
+        next_line(events, lambda line: line.text == "ready" or line.text.startswith("gc-ready"))
+    info = read_pidfile(pidfile)
+    return child, [info["pid"], *info["children"]]
+
+
+def test_stop_tree_kills_a_term_ignoring_tree_with_a_setsid_grandchild(spawn, events, pidfile):
+    child, pids = start_tree(spawn, events, pidfile, plain=2, setsid=1)
+    sessions = {os.getsid(pid) for pid in pids}
+    assert sessions == {child.pgid, pids[-1]}  # the last grandchild left the session and group
+
+    report = child.stop(grace=0.3)
+
+    assert (report.terminated, report.killed, report.survivors_after) == (0, 4, 0)
+    assert 0.3 <= report.seconds < 10
+    assert wait_gone(pids, timeout=0) == []
+    _, exited = collect(events)
+    assert exited.returncode == -signal.SIGKILL
+    with pytest.raises(psutil.NoSuchProcess):  # reaped by the child's own reaper, no zombie
+        psutil.Process(child.pid)
+
+
+def test_find_orphans_names_what_outlived_a_killed_main(spawn, events, pidfile):
+    child, pids = start_tree(spawn, events, pidfile, plain=2, setsid=0)
+    os.kill(child.pid, signal.SIGKILL)
+    assert wait_gone([child.pid]) == []
+
+    assert find_orphans(child.pgid) == sorted(pids[1:])
+
+    # The grandchildren hold the pipes: no exit event until they are gone too.
+    assert events.empty()
+    report = child.stop(grace=0.2)
+    assert (report.killed, report.survivors_after) == (2, 0)
+    _, exited = collect(events)
+    assert exited.returncode == -signal.SIGKILL
+    assert find_orphans(child.pgid) == []
+
+
+def test_stop_tree_leaves_the_exit_status_to_the_popen_that_owns_it():
+    proc = subprocess.Popen(fake_argv(["pause"]), start_new_session=True)
+    try:
+        report = stop_tree(proc.pid, proc.pid, grace=10)
+        assert (report.terminated, report.killed, report.survivors_after) == (1, 0, 0)
+        assert proc.wait(10) == -signal.SIGTERM  # not 0: stop_tree did not reap it
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def test_stop_tree_of_a_finished_tree_does_nothing():
+    proc = subprocess.Popen(fake_argv(["exit", 0]), start_new_session=True)
+    assert proc.wait(10) == 0
+    report = stop_tree(None, proc.pid, grace=1)
+    assert (report.terminated, report.killed, report.survivors_after) == (0, 0, 0)
+
+
+def test_stop_tree_refuses_the_guards_own_group():
+    with pytest.raises(ValueError, match="refusing"):
+        stop_tree(None, os.getpgrp(), grace=0)
+
+
+# --- ports -----------------------------------------------------------------------------
+
+
+def test_a_listening_port_is_busy_and_free_once_closed():
+    port = free_port()
+    assert port_is_free("127.0.0.1", port)
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        assert not port_is_free("127.0.0.1", port)
+        assert not port_is_free("0.0.0.0", port)  # noqa: S104 (a wildcard bind collides too)
+        assert not wait_port_free("127.0.0.1", port, timeout=0.2)
+    assert port_is_free("127.0.0.1", port)
+
+
+def test_wait_port_free_returns_when_the_listener_goes():
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    closer = threading.Timer(0.2, listener.close)
+    closer.start()
+    try:
+        assert wait_port_free("127.0.0.1", port, timeout=20)
+    finally:
+        closer.cancel()
+        closer.join()
+        listener.close()
+
+
+def test_a_port_in_time_wait_counts_as_free():
+    """SO_REUSEADDR, as uvicorn binds: a restart right after a stop must not wait ~60 s.
+
+    (Linux lets the new bind through when the old sockets had SO_REUSEADDR too, as the
+    server's did: uvicorn sets it on its listener.)
+    """
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        server, _ = listener.accept()
+        server.close()  # the server closes first: its side goes to TIME_WAIT
+        client.close()
+    assert port_is_free("127.0.0.1", port)
+
+
+def test_an_address_that_is_not_ours_is_an_input_error():
+    with pytest.raises(InputError, match=r"cannot bind 192\.0\.2\.1"):
+        port_is_free("192.0.2.1", free_port())
