@@ -11,6 +11,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
@@ -53,8 +55,13 @@ def resolve_model(
     override_args: str | None = None,
     is_draft: bool = False,
     use_cache: bool = True,
+    isolate: bool = False,
 ) -> ModelFacts:
-    """The model's facts; an unresolvable hub id gives `unknown` with a warning."""
+    """The model's facts; an unresolvable hub id gives `unknown` with a warning.
+
+    With `isolate`, a cache miss is resolved in a short-lived subprocess, so that a
+    long-running supervisor never carries transformers in its memory.
+    """
     overrides = parse_overrides(override_args)
     table = load_default_arch_table()
     local = Path(path).expanduser()
@@ -77,6 +84,8 @@ def resolve_model(
     if cached is not None:
         return ModelFacts(path, tuple(cached["architectures"]), cached["attention_arch"],
                           cached["model_type"], cached["warning"])
+    if isolate:
+        return _resolve_in_subprocess(path, revision, trust_remote_code, override_args, is_draft)
     archs, model_type, fields, warning = _auto_config(
         path, raw, revision, trust_remote_code, overrides, table
     )
@@ -87,6 +96,39 @@ def resolve_model(
     if use_cache:
         _cache_put(key, facts)
     return facts
+
+
+def _resolve_in_subprocess(path: str, revision: str | None, trust: bool,
+                           override_args: str | None, is_draft: bool) -> ModelFacts:
+    request = json.dumps({"path": path, "revision": revision, "trust_remote_code": trust,
+                          "override_args": override_args, "is_draft": is_draft})
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang_guard.shell.modelprobe"],
+        input=request, capture_output=True, text=True, check=False, timeout=600,
+    )
+    try:
+        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ModelError(f"resolving {path!r} failed: {proc.stderr.strip()[-300:]}") from None
+    if "error" in answer:
+        raise ModelError(answer["error"])
+    return ModelFacts(path, tuple(answer["architectures"]), answer["attention_arch"],
+                      answer["model_type"], answer["warning"])
+
+
+def _main() -> None:
+    """`python -m sglang_guard.shell.modelprobe`: resolve one model given as JSON on stdin."""
+    req = json.loads(sys.stdin.read())
+    try:
+        facts = resolve_model(req["path"], revision=req["revision"],
+                              trust_remote_code=req["trust_remote_code"],
+                              override_args=req["override_args"], is_draft=req["is_draft"])
+    except InputError as exc:
+        print(json.dumps({"error": str(exc)}))
+        return
+    print(json.dumps({"architectures": list(facts.architectures),
+                      "attention_arch": facts.attention_arch,
+                      "model_type": facts.model_type, "warning": facts.warning}))
 
 
 def _looks_like_path(path: str) -> bool:
@@ -246,3 +288,7 @@ def _cache_put(key: str, facts: ModelFacts) -> None:
         tmp.replace(target)
     except OSError:
         pass  # a cache that cannot be written only costs time
+
+
+if __name__ == "__main__":
+    _main()

@@ -1,0 +1,181 @@
+"""`sglang-guard` commands. The only place that turns errors into exit statuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, TypeVar
+
+import click
+
+from sglang_guard import __version__
+from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig
+from sglang_guard.errors import (
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_REMEDIATED,
+    GuardError,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+_VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED}
+
+
+def _guarded(fn: F) -> F:
+    """Run a command body: a GuardError becomes one line on stderr and its exit status."""
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except GuardError as exc:
+            click.echo(f"sglang-guard: error: {exc}", err=True)
+            sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            sys.exit(130)
+        except Exception as exc:  # a bug: one line unless debugging is asked for
+            if os.environ.get("SGLANG_GUARD_DEBUG"):
+                raise
+            click.echo(f"sglang-guard: internal error: {type(exc).__name__}: {exc} "
+                       "(set SGLANG_GUARD_DEBUG=1 for a traceback)", err=True)
+            sys.exit(EXIT_INTERNAL)
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper  # type: ignore[return-value]
+
+
+def _common(fn: F) -> F:
+    """Options shared by `check` and `run`."""
+    fn = click.option("--policy", type=click.Choice(POLICY_MODES), default=None,
+                      help="What to do with a flag that does not fit (default: drop, or the config's).")(fn)
+    fn = click.option("--gpu-sm", default=None, metavar="auto|none|SM",
+                      help="GPU compute capability: auto (NVML), none (no GPU), or e.g. 90, 100, 120.")(fn)
+    fn = click.option("--config", "config_path", default=None, metavar="GUARD.toml",
+                      help="The guard's config file (also $SGLANG_GUARD_CONFIG).")(fn)
+    return fn
+
+
+def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
+                *, search_defaults: bool = False) -> GuardConfig:
+    """The guard config with command-line overrides applied."""
+    from sglang_guard.shell.configfile import locate, read_guard_config  # noqa: PLC0415
+
+    cfg = read_guard_config(locate(config_path, search_defaults=search_defaults))
+    if policy:
+        cfg = replace(cfg, policy=replace(cfg.policy, default=policy))
+    if gpu_sm:
+        cfg = replace(cfg, gpu_sm=gpu_sm)
+    return cfg
+
+
+def sglang_args(cfg: GuardConfig, args: Sequence[str]) -> list[str]:
+    """The SGLang arguments: those after `--`, else the guard config's."""
+    if args:
+        return list(args)
+    out = list(cfg.sglang.args)
+    if cfg.sglang.config:
+        out = ["--config", cfg.sglang.config, *out]
+    if not out:
+        raise click.UsageError("no SGLang arguments: give them after `--` or in the guard config")
+    return out
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="sglang-guard")
+def main() -> None:
+    """Launch SGLang with its flags checked against the model and GPU, and fixed by policy.
+
+    \b
+    sglang-guard check -- --model-path DIR --attention-backend cutedsl_mla
+    sglang-guard run   -- --model-path DIR --attention-backend cutedsl_mla
+    sglang-guard explain server.log
+    """
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@_common
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@click.option("--state-dir", default=None, help="Where derived SGLang YAML files are named.")
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@_guarded
+def check(policy: str | None, gpu_sm: str | None, config_path: str | None, as_json: bool,
+          state_dir: str | None, args: tuple[str, ...]) -> None:
+    """Show what preflight decides for an SGLang command line, without launching.
+
+    Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
+    """
+    from sglang_guard.shell.inputs import decide, default_state_dir, gather  # noqa: PLC0415
+    from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
+
+    cfg = load_config(config_path, policy, gpu_sm)
+    inputs = gather(sglang_args(cfg, args), cfg.gpu_sm)
+    decision = decide(inputs, cfg.policy, state_dir or cfg.state_dir or default_state_dir())
+    if as_json:
+        click.echo(json.dumps(decision_json(decision, inputs), indent=2))
+    else:
+        click.echo(render_decision(decision, inputs))
+    sys.exit(_VERDICT_EXIT[decision.verdict])
+
+
+@main.command(context_settings={"ignore_unknown_options": True})
+@_common
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="Interpreter that runs `-m sglang.launch_server` (default: this one).")
+@click.option("--state-dir", default=None, help="Journal and derived configs (default: "
+              "$SGLANG_GUARD_STATE_DIR, else ~/.local/state/sglang-guard).")
+@click.option("--no-preflight", is_flag=True, help="Skip preflight: only the log rules act.")
+@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+@_guarded
+def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python: str | None,
+        state_dir: str | None, no_preflight: bool, log_format: str | None,
+        args: tuple[str, ...]) -> None:
+    """Preflight, then run SGLang and fix its command line when a fatal log line appears.
+
+    Exit status: SGLang's own on a clean stop (0 after SIGTERM/SIGINT), 75 when the guard
+    gives up (crash loop, a fix that did not hold, busy port), 78 when the policy refuses,
+    2 for bad usage or input.
+    """
+    from sglang_guard.shell import logsetup  # noqa: PLC0415
+    from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
+    from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
+    from sglang_guard.shell.runner import run as run_guard  # noqa: PLC0415
+
+    cfg = load_config(config_path, policy, gpu_sm)
+    logsetup.configure(log_format or cfg.log_format)
+    opts = RunOptions(argv=tuple(sglang_args(cfg, args)), python=python,
+                      state_dir=state_dir or cfg.state_dir or default_state_dir(),
+                      preflight=not no_preflight)
+    sys.exit(run_guard(cfg, opts))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="JSON output: {\"matches\": [...]}.")
+@click.option("--config", "config_path", default=None, metavar="GUARD.toml",
+              help="The guard's config (for extra rule packs).")
+@click.option("--all", "show_all", is_flag=True, help="List every match, not only the first fatal one.")
+@click.argument("logfile", type=click.Path(allow_dash=True, dir_okay=False))
+@_guarded
+def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str) -> None:
+    """Run the rule packs over an existing log (a file, or - for stdin) and say what would be fixed."""
+    from sglang_guard.shell.explain import explain_log  # noqa: PLC0415
+
+    cfg = load_config(config_path, None, None)
+    matches = explain_log(logfile, cfg)
+    if as_json:
+        click.echo(json.dumps({"matches": [m.as_dict() for m in matches]}, indent=2))
+        return
+    if not matches:
+        click.echo("no rule matches this log")
+        return
+    for m in matches if show_all else matches[:1]:
+        click.echo(m.render())
+
+
+def quote(argv: Sequence[str]) -> str:
+    """A command line as a shell would need it typed (for display only)."""
+    return shlex.join(argv)

@@ -1,0 +1,312 @@
+"""The supervision state machine: `step(state, event) -> (state, actions)`, no I/O.
+
+The shell feeds it events (lines, exits, health results, timers, signals) and carries out
+the actions it returns (spawn, stop, probe, journal, notify, exit). Time and randomness
+come in as arguments, so every branch is testable with a scripted history.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sglang_guard.core.actions import (
+    Action,
+    Exit,
+    Journal,
+    Notify,
+    Probe,
+    Reload,
+    Schedule,
+    Spawn,
+    Stop,
+)
+from sglang_guard.core.argv import CommandLine, parse_command_line
+from sglang_guard.core.backoff import backoff_delay, failures_in_window
+from sglang_guard.core.edits import Edit, apply_edits
+from sglang_guard.core.events import (
+    ChildExited,
+    ChildLine,
+    Event,
+    FileChanged,
+    HealthResult,
+    SignalReceived,
+    Tick,
+)
+from sglang_guard.core.guardconfig import HealthSection, RestartSection
+from sglang_guard.core.options import OptionTable
+from sglang_guard.core.redact import redact_argv
+from sglang_guard.core.rules import Fix, MatchContext, Matcher, first_fix
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
+
+READY_LINE = "The server is fired up and ready to roll!"
+SETTLE_S = 2.0  # a catch-all match waits this long for a more specific line of the same crash
+HEALTH_RETRY_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Env:
+    """What the machine decides with, besides its state (replaced on reload)."""
+
+    options: OptionTable
+    matcher: Matcher
+    restart: RestartSection
+    health: HealthSection
+    arch: str
+    sm: int | None
+    sglang_version: str | None
+    derived_dir: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """What to do once the stopping child has exited."""
+
+    kind: str  # "restart" | "exit"
+    cl: CommandLine | None = None
+    code: int = EXIT_OK
+    reason: str = ""
+    failure: bool = False  # counts toward the crash-loop limit and the backoff
+
+
+@dataclass(frozen=True, slots=True)
+class State:
+    """Everything the loop remembers between events."""
+
+    cl: CommandLine
+    gen: int = 0
+    phase: str = "idle"  # idle | starting | ready | stopping | backoff | done
+    ready_line: bool = False
+    last_ready: CommandLine | None = None
+    fired: Mapping[str, int] = field(default_factory=dict)
+    failures: tuple[float, ...] = ()
+    attempt: int = 0
+    liveness_streak: int = 0
+    pending: Pending | None = None
+    tentative: tuple[Fix, str] | None = None  # a low-priority fix waiting out SETTLE_S
+
+
+def start(state: State, env: Env) -> tuple[State, list[Action]]:
+    """The first launch."""
+    return _spawn(state, env, state.cl, "start")
+
+
+def step(state: State, event: Event, env: Env, now: float, jitter: float
+         ) -> tuple[State, list[Action]]:
+    """Advance the machine by one event."""
+    if state.phase == "done":
+        return state, []
+    if isinstance(event, SignalReceived):
+        return _on_signal(state, event)
+    if isinstance(event, FileChanged):
+        return state, [Reload(event.kind, event.path)]
+    if getattr(event, "gen", state.gen) != state.gen:
+        return state, []  # a late event of a launch that is already over
+    if isinstance(event, ChildLine):
+        return _on_line(state, event, env)
+    if isinstance(event, HealthResult):
+        return _on_health(state, event, env)
+    if isinstance(event, Tick):
+        return _on_tick(state, event, env)
+    if isinstance(event, ChildExited):
+        return _on_exit(state, event, env, now, jitter)
+    return state, []
+
+
+def _spawn(state: State, env: Env, cl: CommandLine, why: str) -> tuple[State, list[Action]]:
+    gen = state.gen + 1
+    new = replace(state, cl=cl, gen=gen, phase="starting", ready_line=False,
+                  liveness_streak=0, pending=None, tentative=None)
+    argv = redact_argv(cl.argv, env.options)
+    return new, [
+        Spawn(gen, cl.argv),
+        Journal({"event": "child.start", "gen": gen, "reason": why, "argv": argv}),
+        Notify(status=f"loading (launch {gen})"),
+        Schedule("ready_timeout", gen, env.restart.ready_timeout_s),
+    ]
+
+
+def _stop(state: State, pending: Pending, why: str) -> tuple[State, list[Action]]:
+    new = replace(state, phase="stopping", pending=pending, tentative=None)
+    return new, [Stop(state.gen, why)]
+
+
+def _on_signal(state: State, event: SignalReceived) -> tuple[State, list[Action]]:
+    if event.signum == signal.SIGHUP:
+        return state, [Reload("guard_config", None)]
+    journal = Journal({"event": "guard.signal", "signal": signal.Signals(event.signum).name})
+    pending = Pending("exit", code=EXIT_OK, reason="stopped by signal")
+    if state.phase in ("starting", "ready", "stopping"):
+        new, actions = _stop(state, pending, "signal")
+        return new, [journal, Notify(status="stopping"), *actions]
+    return replace(state, phase="done"), [journal, Exit(EXIT_OK, "stopped by signal")]
+
+
+def _ctx(state: State, env: Env) -> MatchContext:
+    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version)
+
+
+def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Action]]:
+    actions: list[Action] = []
+    if state.phase not in ("starting", "ready"):
+        return state, actions
+    if state.phase == "starting" and READY_LINE in event.text and not state.ready_line:
+        state = replace(state, ready_line=True)
+        actions.append(Probe(state.gen, "/health"))
+    fix, exhausted = first_fix(env.matcher, event.text, _ctx(state, env), state.fired)
+    if fix is None and exhausted:
+        return _repeat(state, exhausted[0].id, event.text, env, actions)
+    if fix is None:
+        return state, actions
+    if fix.rule.priority < 0:  # a catch-all: give the specific line of the same crash a moment
+        if state.tentative is None:
+            actions.append(Schedule("settle", state.gen, SETTLE_S))
+            state = replace(state, tentative=(fix, event.text))
+        return state, actions
+    new, more = _apply_fix(state, fix, event.text, env)
+    return new, actions + more
+
+
+def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list[Action]]:
+    rule = fix.rule
+    fired = {**state.fired, rule.id: state.fired.get(rule.id, 0) + 1}
+    state = replace(state, fired=fired)
+    base = {"trigger": "log", "rule": rule.id, "line": line, "gen": state.gen}
+    if fix.action == "give_up":
+        pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {rule.reason}")
+        new, actions = _stop(state, pending, f"rule {rule.id}")
+        return new, [Journal({"event": "give_up.planned", **base, "reason": rule.reason}), *actions]
+    if fix.action == "restart":
+        pending = Pending("restart", cl=state.cl, failure=True, reason=rule.reason)
+        new, actions = _stop(state, pending, f"rule {rule.id}")
+        return new, [Journal({"event": "crash.detected", **base, "reason": rule.reason}), *actions]
+    dest = env.options.spec(fix.flag or "").dest
+    edit = Edit(dest, "drop") if fix.action == "drop_flag" else Edit(dest, "set", fix.new_value)
+    result = apply_edits(state.cl, env.options, [edit], env.derived_dir)
+    yaml_data = result.derived_yaml if result.derived_yaml is not None else state.cl.yaml_data
+    new_cl = parse_command_line(result.argv, env.options, yaml_data)
+    if new_cl.argv == state.cl.argv and result.derived_yaml is None:
+        return _repeat(state, rule.id, line, env, [])
+    journal = Journal({
+        "event": "remediated", **base, "flag": fix.flag, "action": fix.action,
+        "old_value": fix.old_value, "new_value": fix.new_value, "reason": rule.reason,
+        "argv_before": redact_argv(state.cl.argv, env.options),
+        "argv_after": redact_argv(new_cl.argv, env.options),
+    })
+    status = Notify(status=f"remediated {fix.flag} ({rule.id}), restarting")
+    new, actions = _stop(state, Pending("restart", cl=new_cl, reason=rule.reason), f"rule {rule.id}")
+    return new, [journal, status, *actions]
+
+
+def _repeat(state: State, rule_id: str, line: str, env: Env, actions: list[Action]
+            ) -> tuple[State, list[Action]]:
+    """A rule fired again after its fix: restore the last command line that worked, or give up."""
+    base = {"rule": rule_id, "line": line, "gen": state.gen}
+    good = state.last_ready
+    if good is not None and good.argv != state.cl.argv:
+        journal = Journal({"event": "restored", **base,
+                           "argv_after": redact_argv(good.argv, env.options),
+                           "reason": f"{rule_id} fired again after its fix; restoring the last "
+                                     "command line that reached ready"})
+        new, more = _stop(state, Pending("restart", cl=good, reason="restore"), f"repeat {rule_id}")
+        return new, [*actions, journal, *more]
+    reason = f"{rule_id} fired again after its fix was applied, and no earlier command line reached ready"
+    journal = Journal({"event": "give_up.planned", **base, "reason": reason})
+    new, more = _stop(state, Pending("exit", code=EXIT_GIVE_UP, reason=reason), f"repeat {rule_id}")
+    return new, [*actions, journal, *more]
+
+
+def _on_health(state: State, event: HealthResult, env: Env) -> tuple[State, list[Action]]:
+    if event.endpoint == "/health" and state.phase == "starting":
+        if not event.ok:
+            return state, [Schedule("health_retry", state.gen, HEALTH_RETRY_S)]
+        new = replace(state, phase="ready", last_ready=state.cl)
+        return new, [
+            Journal({"event": "ready", "gen": state.gen,
+                     "argv": redact_argv(state.cl.argv, env.options)}),
+            Notify(ready=True, status="ready"),
+            Schedule("stable", state.gen, env.restart.stable_after_s),
+            *([Schedule("liveness", state.gen, env.health.liveness_interval_s)]
+              if env.health.enabled else []),
+        ]
+    if event.endpoint == "/health_generate" and state.phase == "ready":
+        if event.ok:
+            return replace(state, liveness_streak=0), [
+                Notify(watchdog=True),
+                Schedule("liveness", state.gen, env.health.liveness_interval_s)]
+        streak = state.liveness_streak + 1
+        journal = Journal({"event": "liveness.failed", "gen": state.gen, "streak": streak,
+                           "detail": event.detail})
+        if streak < env.health.liveness_failures:
+            return replace(state, liveness_streak=streak), [
+                journal, Schedule("liveness", state.gen, env.health.liveness_interval_s)]
+        pending = Pending("restart", cl=state.cl, failure=True, reason="liveness probe failed")
+        new, actions = _stop(replace(state, liveness_streak=streak), pending, "liveness")
+        return new, [journal, Notify(status="liveness failed, restarting"), *actions]
+    return state, []
+
+
+def _on_tick(state: State, event: Tick, env: Env) -> tuple[State, list[Action]]:
+    name = event.name
+    if name == "backoff" and state.phase == "backoff" and state.pending and state.pending.cl:
+        return _spawn(state, env, state.pending.cl, "backoff over")
+    if name == "health_retry" and state.phase == "starting":
+        return state, [Probe(state.gen, "/health")]
+    if name == "liveness" and state.phase == "ready":
+        return state, [Probe(state.gen, "/health_generate")]
+    if name == "stable" and state.phase == "ready":
+        return replace(state, attempt=0), [Journal({"event": "stable", "gen": state.gen})]
+    if name == "settle" and state.tentative is not None and state.phase in ("starting", "ready"):
+        fix, line = state.tentative
+        return _apply_fix(replace(state, tentative=None), fix, line, env)
+    if name == "ready_timeout" and state.phase == "starting":
+        pending = Pending("restart", cl=state.cl, failure=True, reason="not ready in time")
+        return _stop(state, pending, "ready timeout")
+    return state, []
+
+
+def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: float
+             ) -> tuple[State, list[Action]]:
+    journal: list[Action] = [Journal({"event": "child.exit", "gen": event.gen, "pid": event.pid,
+                                      "returncode": event.returncode})]
+    if state.tentative is not None and state.phase in ("starting", "ready"):
+        fix, line = state.tentative  # the child died before the settle window closed
+        state, acts = _apply_fix(replace(state, tentative=None), fix, line, env)
+        journal += [a for a in acts if not isinstance(a, Stop)]
+    pending = state.pending
+    if pending is not None and pending.kind == "exit":
+        return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
+    if pending is not None and not pending.failure and pending.cl is not None:
+        new, actions = _spawn(state, env, pending.cl, pending.reason or "fixed")
+        return new, [*journal, *actions]
+    cl = pending.cl if pending is not None and pending.cl is not None else state.cl
+    reason = pending.reason if pending is not None else f"exited with status {event.returncode}"
+    return _failure(state, env, cl, reason, now, jitter, journal)
+
+
+def _failure(state: State, env: Env, cl: CommandLine, reason: str, now: float, jitter: float,
+             journal: list[Action]) -> tuple[State, list[Action]]:
+    cfg = env.restart
+    failures = (*failures_in_window(state.failures, now, cfg.window_s), now)
+    if len(failures) >= cfg.max_failures:
+        why = f"crash loop: {len(failures)} failures within {cfg.window_s:g}s (last: {reason})"
+        done = replace(state, phase="done", failures=failures)
+        return done, [*journal, Journal({"event": "give_up", "reason": why}),
+                      Exit(EXIT_GIVE_UP, why)]
+    delay = backoff_delay(state.attempt, initial=cfg.backoff_initial_s, factor=cfg.backoff_factor,
+                          maximum=cfg.backoff_max_s, jitter=jitter)
+    new = replace(state, phase="backoff", failures=failures, attempt=state.attempt + 1,
+                  pending=Pending("restart", cl=cl, failure=True, reason=reason), tentative=None)
+    return new, [*journal,
+                 Journal({"event": "backoff", "delay_s": round(delay, 3), "reason": reason,
+                          "failures_in_window": len(failures)}),
+                 Notify(status=f"crashed ({reason}); restarting in {delay:.1f}s"),
+                 Schedule("backoff", state.gen, delay)]
+
+
+def describe(state: State) -> dict[str, Any]:
+    """A small summary for logs."""
+    return {"gen": state.gen, "phase": state.phase, "fired": dict(state.fired),
+            "failures": len(state.failures)}

@@ -1,0 +1,168 @@
+"""Preflight: a pure function of (command line, model facts, GPU facts, policy) -> decision.
+
+Same inputs, same `argv_out`, on every node of a multi-node deployment: nothing here reads
+the clock, the environment or the disk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sglang_guard.core.argv import CommandLine
+from sglang_guard.core.compat import BACKEND_FLAGS, CompatTable, Problem, best_fit, check_backend
+from sglang_guard.core.edits import Edit, apply_edits
+from sglang_guard.core.facts import GpuFacts, ModelFacts
+from sglang_guard.core.guardconfig import PolicyConfig
+from sglang_guard.core.options import OptionTable
+
+Action = Literal["drop", "rewrite", "refuse", "warn"]
+Verdict = Literal["ok", "remediated", "refused"]
+DRAFT_FLAG = "--speculative-draft-attention-backend"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One flag that does not fit, and what the policy did about it."""
+
+    flag: str
+    value: str | None
+    action: Action
+    new_value: str | None
+    reason: str
+    kind: str
+    source: str | None = None
+    sglang_message: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON shape of `check --json`."""
+        return {"flag": self.flag, "value": self.value, "action": self.action,
+                "new_value": self.new_value, "reason": self.reason, "kind": self.kind,
+                "source": self.source, "sglang_message": self.sglang_message}
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The outcome of preflight: the verdict, the fixed command line and why."""
+
+    verdict: Verdict
+    argv_in: tuple[str, ...]
+    argv_out: tuple[str, ...]
+    findings: tuple[Finding, ...]
+    derived_yaml: Mapping[str, Any] | None = None
+    derived_path: str | None = None
+    warnings: tuple[str, ...] = field(default=())
+
+
+def preflight(
+    cl: CommandLine,
+    options: OptionTable,
+    compat: CompatTable,
+    model: ModelFacts,
+    draft: ModelFacts | None,
+    gpu: GpuFacts,
+    policy: PolicyConfig,
+    derived_dir: str,
+) -> Decision:
+    """Check every backend flag of `cl` and apply the policy."""
+    warnings = [w for w in (model.warning, draft.warning if draft else None, gpu.warning) if w]
+    warnings += list(gpu.notes)
+    kv_dtype = cl.value("kv_cache_dtype")
+    findings: list[Finding] = []
+    edits: list[Edit] = []
+    for flag in BACKEND_FLAGS:
+        dest = options.spec(flag).dest
+        occ = cl.last(dest)
+        if occ is None or occ.value is None:
+            continue
+        facts = (draft or model) if flag == DRAFT_FLAG else model
+        problems = check_backend(compat, flag, occ.value, arch=facts.attention_arch,
+                                 sm=_sm(gpu), kv_cache_dtype=kv_dtype)
+        fatal = [p for p in problems if p.fatal]
+        warnings += [f"{p.flag} {p.value}: {p.reason}" for p in problems if not p.fatal]
+        if not fatal:
+            continue
+        finding = _apply_policy(compat, policy, flag, occ.value, fatal, facts, gpu, kv_dtype)
+        findings.append(finding)
+        if finding.action == "drop":
+            edits.append(Edit(dest, "drop"))
+        elif finding.action == "rewrite":
+            edits.append(Edit(dest, "set", finding.new_value))
+    backend_dests = {options.spec(f).dest for f in BACKEND_FLAGS}
+    for occ in cl.occurrences:
+        if occ.problem and (occ.spec is None or occ.spec.dest not in backend_dests):
+            warnings.append(f"SGLang will reject this command line: {occ.problem}")
+    result = apply_edits(cl, options, edits, derived_dir)
+    verdict: Verdict = "ok"
+    if any(f.action == "refuse" for f in findings):
+        verdict = "refused"
+    elif result.argv != cl.argv or result.derived_yaml is not None:
+        verdict = "remediated"
+    return Decision(
+        verdict=verdict,
+        argv_in=cl.argv,
+        argv_out=cl.argv if verdict == "refused" else result.argv,
+        findings=tuple(findings),
+        derived_yaml=None if verdict == "refused" else result.derived_yaml,
+        derived_path=None if verdict == "refused" else result.derived_path,
+        warnings=tuple(dict.fromkeys(warnings)),
+    )
+
+
+def _sm(gpu: GpuFacts) -> int | None:
+    """The SM the checks use; 0 stands for "no NVIDIA GPU on this host" (`--gpu-sm none`)."""
+    return 0 if gpu.source == "none" else gpu.sm
+
+
+def _apply_policy(
+    compat: CompatTable,
+    policy: PolicyConfig,
+    flag: str,
+    value: str,
+    problems: list[Problem],
+    facts: ModelFacts,
+    gpu: GpuFacts,
+    kv_dtype: str | None,
+) -> Finding:
+    first = problems[0]
+    reason = "; ".join(dict.fromkeys(p.reason for p in problems))
+    base = {"flag": flag, "value": value, "kind": first.kind, "source": first.source,
+            "sglang_message": first.sglang_message}
+    mode = policy.mode(flag)
+    if mode == "fail":
+        return Finding(action="refuse", new_value=None, reason=reason, **base)
+    if mode == "warn":
+        return Finding(action="warn", new_value=None, reason=f"{reason} (policy warn: launched unchanged)", **base)
+    if mode == "rewrite":
+        target, why = _rewrite_target(compat, policy, flag, value, facts, gpu, kv_dtype)
+        if target is not None:
+            return Finding(action="rewrite", new_value=target, reason=f"{reason}; {why}", **base)
+        reason = f"{reason}; {why}"
+    return Finding(action="drop", new_value=None,
+                   reason=f"{reason}; dropped so SGLang picks its own default", **base)
+
+
+def _rewrite_target(
+    compat: CompatTable,
+    policy: PolicyConfig,
+    flag: str,
+    value: str,
+    facts: ModelFacts,
+    gpu: GpuFacts,
+    kv_dtype: str | None,
+) -> tuple[str | None, str]:
+    """The replacement: the guard config's map first, else the table's best fit."""
+    mapping = policy.rewrite.get(flag, {})
+    explicit = mapping.get(value, mapping.get("*"))
+    sm = _sm(gpu)
+    if explicit is not None:
+        bad = [p for p in check_backend(compat, flag, explicit, arch=facts.attention_arch,
+                                        sm=sm, kv_cache_dtype=kv_dtype) if p.fatal]
+        if not bad:
+            return explicit, f"rewritten to {explicit} (guard config policy.rewrite)"
+        return None, f"the configured rewrite {explicit} does not fit either ({bad[0].reason})"
+    fit = best_fit(compat, flag, arch=facts.attention_arch, sm=sm, kv_cache_dtype=kv_dtype)
+    if fit is None:
+        return None, "no backend in the table is known to fit this model and GPU"
+    return fit[0], f"rewritten to {fit[0]}: {fit[1]}"

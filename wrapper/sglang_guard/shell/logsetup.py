@@ -1,0 +1,56 @@
+"""structlog, configured once: event names with key-values, JSON off a TTY, console on one.
+
+The guard's own events go to stderr; the child's lines are passed through raw, never wrapped.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any, TextIO
+
+import structlog
+
+from sglang_guard.core.redact import redact_text
+
+
+def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+    """Mask secrets in every string value before it is rendered."""
+    for key, value in event.items():
+        if isinstance(value, str):
+            event[key] = redact_text(value)
+    return event
+
+
+def configure(fmt: str = "auto", stream: TextIO | None = None, level: int = logging.INFO) -> None:
+    """Set up structlog for the whole process (`fmt`: auto, json or console)."""
+    stream = stream or sys.stderr
+    use_json = fmt == "json" or (fmt == "auto" and not _isatty(stream))
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if use_json
+        else structlog.dev.ConsoleRenderer(colors=_isatty(stream))
+    )
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            _redact,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        cache_logger_on_first_use=False,
+    )
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def get_logger(name: str = "sglang_guard") -> Any:
+    """A bound structlog logger."""
+    return structlog.get_logger(name)

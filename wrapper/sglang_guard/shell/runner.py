@@ -1,0 +1,131 @@
+"""`sglang-guard run`: preflight, then supervise. Wires files, facts and the loop together."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_guard.core.facts import GpuFacts
+from sglang_guard.core.guardconfig import GuardConfig
+from sglang_guard.core.machine import Env
+from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.preflight import Decision
+from sglang_guard.core.redact import redact_argv
+from sglang_guard.core.rules import Matcher, RulePack, load_default_pack, parse_pack
+from sglang_guard.errors import ConfigError, GuardError, Refused
+from sglang_guard.shell.configfile import read_guard_config
+from sglang_guard.shell.gpuprobe import resolve_gpu
+from sglang_guard.shell.inputs import decide, gather, read_command_line, write_derived
+from sglang_guard.shell.journal import Journal
+from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.supervisor import Runtime, run_supervisor
+
+LAUNCH_MODULE = ("-m", "sglang.launch_server")
+
+
+@dataclass(frozen=True, slots=True)
+class RunOptions:
+    """What the `run` command line adds to the guard config."""
+
+    argv: tuple[str, ...]
+    python: str | None
+    state_dir: str
+    preflight: bool
+
+
+def load_packs(cfg: GuardConfig) -> tuple[RulePack, ...]:
+    """The default pack (unless disabled) and the packs the guard config names."""
+    packs = [load_default_pack()] if cfg.rules.default_pack else []
+    for path in cfg.rules.packs:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(path, None, f"cannot read rule pack ({exc})") from None
+        packs.append(parse_pack(text, path))
+    return tuple(packs)
+
+
+def launch_prefix(cfg: GuardConfig, python: str | None) -> list[str]:
+    """`python -m sglang.launch_server`, or the guard config's own launch command."""
+    if cfg.sglang.launch:
+        return list(cfg.sglang.launch)
+    return [python or cfg.sglang.python or sys.executable, *LAUNCH_MODULE]
+
+
+def sglang_version(python: str) -> str | None:
+    """The SGLang version installed for `python` (None when it cannot tell)."""
+    code = "import importlib.metadata as m; print(m.version('sglang'))"
+    try:
+        out = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                             timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def journal_preflight(journal: Journal | None, decision: Decision, table: OptionTable) -> None:
+    """One `remediated` event per preflight change (other findings as `preflight.<action>`)."""
+    if journal is None:
+        return
+    for f in decision.findings:
+        record = {"event": "remediated" if f.action in ("drop", "rewrite") else f"preflight.{f.action}",
+                  "trigger": "preflight", "rule": f"compat.{f.kind}", "flag": f.flag,
+                  "value": f.value, "action": f.action, "new_value": f.new_value,
+                  "reason": f.reason,
+                  "argv_before": redact_argv(decision.argv_in, table),
+                  "argv_after": redact_argv(decision.argv_out, table)}
+        journal.write(record)
+
+
+def run(cfg: GuardConfig, opts: RunOptions) -> int:
+    """Preflight (unless disabled), then supervise SGLang; the exit status."""
+    log = get_logger()
+    journal: Journal | None
+    try:
+        journal = Journal.open(opts.state_dir)
+    except ConfigError as exc:
+        log.error("journal.unavailable", error=str(exc))
+        journal = None
+    derived_dir = str(Path(opts.state_dir) / "derived")
+    if opts.preflight:
+        inputs = gather(opts.argv, cfg.gpu_sm, isolate=True)
+        decision = decide(inputs, cfg.policy, opts.state_dir)
+        journal_preflight(journal, decision, inputs.options)
+        for finding in decision.findings:
+            log.warning("preflight.finding", flag=finding.flag, value=finding.value,
+                        action=finding.action, reason=finding.reason)
+        if decision.verdict == "refused":
+            raise Refused("policy refused the command line: " + "; ".join(
+                f"{f.flag} {f.value}: {f.reason}" for f in decision.findings if f.action == "refuse"))
+        write_derived(decision)
+        cl = read_command_line(decision.argv_out, inputs.options)
+        arch, gpu = inputs.model.attention_arch, inputs.gpu
+    else:
+        cl = read_command_line(opts.argv)
+        arch, gpu = "unknown", _gpu_quietly(cfg.gpu_sm)
+    prefix = launch_prefix(cfg, opts.python)
+    env = Env(options=load_option_table(), matcher=Matcher(load_packs(cfg)), restart=cfg.restart,
+              health=cfg.health, arch=arch, sm=gpu.sm,
+              sglang_version=sglang_version(prefix[0]) if not cfg.sglang.launch else None,
+              derived_dir=derived_dir)
+
+    def reload(kind: str, path: str | None) -> Env | str:
+        try:
+            fresh = read_guard_config(cfg.path) if cfg.path else cfg
+            return Env(options=env.options, matcher=Matcher(load_packs(fresh)),
+                       restart=fresh.restart, health=fresh.health, arch=env.arch, sm=env.sm,
+                       sglang_version=env.sglang_version, derived_dir=derived_dir)
+        except GuardError as exc:
+            return str(exc)
+
+    rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env, reload=reload)
+    return run_supervisor(rt, cl, journal)
+
+
+def _gpu_quietly(gpu_sm: str) -> GpuFacts:
+    try:
+        return resolve_gpu(gpu_sm)
+    except GuardError:
+        return GpuFacts(sm=None)

@@ -1,0 +1,254 @@
+"""The supervision loop: one consumer of one event queue, carrying out the machine's actions.
+
+Producers (child readers, health probes, timers, signal handlers, file watchers) only put
+events; this loop alone decides (via the pure `core.machine.step`) and acts.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from sglang_guard.core import machine
+from sglang_guard.core.actions import Action, Exit, Journal, Notify, Probe, Reload, Schedule, Spawn, Stop
+from sglang_guard.core.argv import CommandLine
+from sglang_guard.core.events import Event, HealthResult, SignalReceived, Tick
+from sglang_guard.core.redact import redact_text
+from sglang_guard.errors import GiveUp, GuardError
+from sglang_guard.shell import health, ports
+from sglang_guard.shell.child import Child
+from sglang_guard.shell.journal import Journal as JournalFile
+from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.notify import Notifier
+from sglang_guard.shell.proctree import find_orphans, stop_tree
+
+PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
+_HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@dataclass
+class Runtime:
+    """What the loop needs besides the machine: the launch prefix and the I/O endpoints."""
+
+    launch: Sequence[str]  # e.g. [python, "-m", "sglang.launch_server"]
+    state_dir: str
+    env: machine.Env
+    reload: Callable[[str, str | None], machine.Env | str]  # new Env, or an error line
+    stdout: BinaryIO = sys.stdout.buffer
+    stderr: BinaryIO = sys.stderr.buffer
+    child_env: dict[str, str] | None = None
+
+
+class Supervisor:
+    """Runs SGLang under the state machine until it says Exit."""
+
+    def __init__(self, rt: Runtime, cl: CommandLine, journal: JournalFile | None) -> None:
+        self.rt = rt
+        self.events: queue.Queue[Event] = queue.Queue()
+        self.state = machine.State(cl=cl)
+        self.child: Child | None = None
+        self.journal = journal
+        self.notifier = Notifier()
+        self.log = get_logger()
+        self._timers: list[threading.Timer] = []
+        self._pidfile = Path(rt.state_dir) / "child.pgid"
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self) -> int:
+        """Supervise until done; the exit status."""
+        self._reap_orphans()
+        old = {s: signal.signal(s, self._on_signal) for s in _HANDLED}
+        try:
+            self.state, actions = machine.start(self.state, self.rt.env)
+            code = self._act(actions)
+            while code is None:
+                event = self.events.get()
+                self.state, actions = machine.step(
+                    self.state, event, self.rt.env, time.monotonic(), random.random()  # noqa: S311
+                )
+                code = self._act(actions)
+            return code
+        finally:
+            for timer in self._timers:
+                timer.cancel()
+            if self.child is not None and self.child.poll() is None:
+                self.child.stop(self.rt.env.restart.stop_grace_s)
+            for s, handler in old.items():
+                signal.signal(s, handler)
+            self._pidfile.unlink(missing_ok=True)
+            self.notifier.close()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.events.put(SignalReceived(signum))  # only enqueue: the loop acts
+
+    def _act(self, actions: list[Action]) -> int | None:
+        for action in actions:
+            if isinstance(action, Exit):
+                self._record({"event": "guard.exit", "code": action.code, "reason": action.reason})
+                if action.code:
+                    self.log.error("guard.exit", code=action.code, reason=action.reason)
+                return action.code
+            try:
+                self._do(action)
+            except GiveUp as exc:
+                self._record({"event": "give_up", "reason": str(exc)})
+                raise
+        return None
+
+    def _do(self, action: Action) -> None:
+        if isinstance(action, Spawn):
+            self._spawn(action)
+        elif isinstance(action, Stop):
+            self._stop(action)
+        elif isinstance(action, Probe):
+            self._probe(action)
+        elif isinstance(action, Schedule):
+            timer = threading.Timer(action.delay, self.events.put, [Tick(action.name, action.gen)])
+            timer.daemon = True
+            timer.start()
+            self._timers = [t for t in self._timers if t.is_alive()] + [timer]
+        elif isinstance(action, Journal):
+            self._record(dict(action.record))
+        elif isinstance(action, Notify):
+            self._notify(action)
+        elif isinstance(action, Reload):
+            self._reload(action)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _spawn(self, action: Spawn) -> None:
+        host, port = self._address()
+        if not ports.wait_port_free(host, port, PORT_WAIT_S if action.gen > 1 else 0.0):
+            raise GiveUp(f"port {port} on {host} is in use by another process; SGLang cannot "
+                         "bind it (stop that process or pass another --port)")
+        self._write_derived()
+        argv = [*self.rt.launch, *action.argv]
+        self.child = Child.spawn(argv, gen=action.gen, events=self.events,
+                                 stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
+                                 env=self.rt.child_env)
+        try:
+            self._pidfile.write_text(str(self.child.pgid))
+        except OSError:
+            pass  # only orphan clean-up after a SIGKILLed guard needs it
+        self.log.info("child.start", gen=action.gen, pid=self.child.pid)
+
+    def _stop(self, action: Stop) -> None:
+        child = self.child
+        if child is None or child.gen != action.gen:
+            return
+        self.log.info("child.stop", gen=action.gen, reason=action.reason)
+
+        def work() -> None:
+            report = child.stop(self.rt.env.restart.stop_grace_s)
+            self.log.info("child.stopped", gen=child.gen, terminated=report.terminated,
+                          killed=report.killed, seconds=round(report.seconds, 3))
+
+        threading.Thread(target=work, name=f"stop-{action.gen}", daemon=True).start()
+
+    def _probe(self, action: Probe) -> None:
+        host, port = self._address()
+        url = health.probe_url(self.rt.env.health.host or host, port, action.endpoint)
+        api_key = self.state.cl.value("api_key")
+        timeout = self.rt.env.health.timeout_s
+
+        def work() -> None:
+            ok, detail = health.get(url, timeout, api_key)
+            self.events.put(HealthResult(action.gen, action.endpoint, ok, detail))
+
+        threading.Thread(target=work, name="probe", daemon=True).start()
+
+    def _notify(self, action: Notify) -> None:
+        fields = []
+        if action.reloading:
+            fields.append("RELOADING=1")
+        if action.ready:
+            fields.append("READY=1")
+        if action.status:
+            fields.append(f"STATUS={redact_text(action.status)}")
+        if action.watchdog:
+            fields.append("WATCHDOG=1")
+        self.notifier.send(*fields)
+
+    def _reload(self, action: Reload) -> None:
+        self._notify(Notify(reloading=True, status="reloading"))
+        result = self.rt.reload(action.kind, action.path)
+        if isinstance(result, str):
+            self._record({"event": "reload.rejected", "kind": action.kind, "error": result})
+            self.log.error("reload.rejected", error=result)
+        else:
+            self.rt.env = result
+            self._record({"event": "reload.applied", "kind": action.kind,
+                          "restart": False, "why": "rule packs and policy apply to new lines"})
+        ready = self.state.phase == "ready"
+        self._notify(Notify(ready=ready, status="ready" if ready else "loading"))
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _record(self, record: dict[str, Any]) -> None:
+        if self.journal is not None and not self.journal.write(record):
+            self.log.error("journal.write_failed", path=str(self.journal.path),
+                           error=self.journal.error)
+            self.journal = None  # said once; the child's output keeps flowing
+        name = str(record.get("event", "event"))
+        self.log.info(name, **{k: v for k, v in record.items() if k != "event"})
+
+    def _address(self) -> tuple[str, int]:
+        host = self.state.cl.value("host") or "127.0.0.1"
+        try:
+            port = int(self.state.cl.value("port") or 30000)
+        except ValueError:
+            port = 30000
+        return host, port
+
+    def _write_derived(self) -> None:
+        cl = self.state.cl
+        if cl.config_path is None or cl.yaml_data is None:
+            return
+        derived = Path(self.rt.env.derived_dir)
+        target = Path(cl.config_path)
+        if target.parent != derived or target.exists():
+            return
+        from sglang_guard.core.edits import dump_yaml  # noqa: PLC0415
+
+        derived.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(dump_yaml(cl.yaml_data), encoding="utf-8")
+        tmp.replace(target)
+
+    def _reap_orphans(self) -> None:
+        """A guard that was SIGKILLed left its child's group behind: stop it first."""
+        try:
+            pgid = int(self._pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return
+        if pgid != os.getpgrp() and find_orphans(pgid):
+            report = stop_tree(None, pgid, self.rt.env.restart.stop_grace_s)
+            self._record({"event": "orphans.stopped", "pgid": pgid,
+                          "terminated": report.terminated, "killed": report.killed})
+
+
+def run_supervisor(rt: Runtime, cl: CommandLine, journal: JournalFile | None) -> int:
+    """Supervise; a GuardError raised by an action ends the run with its status."""
+    sup = Supervisor(rt, cl, journal)
+    try:
+        return sup.run()
+    except GuardError:
+        raise
+    finally:
+        if journal is not None:
+            journal.close()
+
+
+def with_env(rt: Runtime, **changes: Any) -> Runtime:
+    """A copy of the runtime with Env fields changed (tests)."""
+    return replace(rt, env=replace(rt.env, **changes))
