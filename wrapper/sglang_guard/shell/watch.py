@@ -1,0 +1,90 @@
+"""Watch the guard config, the SGLang YAML and the rule packs; report settled changes.
+
+Editors save in many ways (write in place, write a temp file and rename it over, delete and
+recreate), often as a burst of events. The watcher observes each file's directory, filters
+events for the watched names, and puts one `FileChanged` after the file has been quiet for
+`debounce` seconds. Validation happens in the loop, never here.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from sglang_guard.core.events import Event, FileChanged
+
+Kind = Literal["guard_config", "sglang_yaml", "rule_pack"]
+DEBOUNCE_S = 0.3
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, watcher: FileWatcher) -> None:
+        self.watcher = watcher
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        for attr in ("src_path", "dest_path"):
+            raw = getattr(event, attr, "")
+            if raw:
+                path = os.fsdecode(raw)
+                self.watcher.touched(os.path.realpath(path) if os.path.exists(path) else
+                                     os.path.join(os.path.realpath(os.path.dirname(path)),
+                                                  os.path.basename(path)))
+
+
+class FileWatcher:
+    """Puts `FileChanged(path, kind)` on `events` once a watched file settles."""
+
+    def __init__(self, events: queue.Queue[Event], files: Mapping[str, Kind],
+                 debounce: float = DEBOUNCE_S) -> None:
+        self.events = events
+        self.debounce = debounce
+        self.files: dict[str, Kind] = {}
+        for path, kind in files.items():
+            p = Path(path).expanduser().absolute()
+            self.files[str(p.parent.resolve() / p.name)] = kind
+        self._timers: dict[str, threading.Timer] = {}
+        self._lock = threading.Lock()
+        self._observer: Any = Observer()
+
+    def start(self) -> None:
+        """Begin watching (one watch per directory)."""
+        for directory in sorted({str(Path(p).parent) for p in self.files}):
+            if Path(directory).is_dir():
+                self._observer.schedule(_Handler(self), directory, recursive=False)
+        self._observer.daemon = True
+        self._observer.start()
+
+    def stop(self) -> None:
+        """Stop watching and cancel pending reports."""
+        with self._lock:
+            for timer in self._timers.values():
+                timer.cancel()
+            self._timers.clear()
+        self._observer.stop()
+        self._observer.join(timeout=5)
+
+    def touched(self, path: str) -> None:
+        """An event for `path`: (re)start its quiet-period timer if it is watched."""
+        kind = self.files.get(path)
+        if kind is None:
+            return
+        with self._lock:
+            old = self._timers.pop(path, None)
+            if old is not None:
+                old.cancel()
+            timer = threading.Timer(self.debounce, self._settled, [path, kind])
+            timer.daemon = True
+            self._timers[path] = timer
+            timer.start()
+
+    def _settled(self, path: str, kind: Kind) -> None:
+        with self._lock:
+            self._timers.pop(path, None)
+        self.events.put(FileChanged(path, kind))
