@@ -19,7 +19,6 @@ _ANSI = re.compile(
 )
 # What survives the pattern: a lone ESC (cut at the cap, say) and NUL bytes, which some
 # consumers (C strings, terminals) treat as terminators.
-_LEFTOVERS = bytes.maketrans(b"", b"")
 _DROP = b"\x1b\x00"
 
 
@@ -46,5 +45,5 @@ def clean(raw: bytes, cap: int) -> str:
     if b"\x1b" in raw:
         raw = _ANSI.sub(b"", raw)
     if b"\x00" in raw or b"\x1b" in raw:
-        raw = raw.translate(_LEFTOVERS, _DROP)
+        raw = raw.translate(None, _DROP)
     return raw.decode("utf-8", "replace").rstrip("\r\n")

@@ -1,0 +1,265 @@
+"""The shipped rule pack against SGLang 0.5.23's own messages, healthy lines and real logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sglang_guard.core.logline import clean
+from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix, load_default_pack
+from sglang_guard.resources import config_path
+
+DATA = Path(__file__).resolve().parent.parent / "data"
+MESSAGES: dict[str, Any] = tomllib.loads(
+    (DATA / "sglang-messages-0.5.23.toml").read_text(encoding="utf-8")
+)
+PACK = load_default_pack()
+MATCHER = Matcher([PACK])
+RULES = {r.id: r for r in PACK.rules}
+LOGS = sorted((DATA / "sglang-logs").glob("*.log"))
+
+
+def _options() -> dict[str, dict[str, Any]]:
+    doc = json.loads(config_path("sglang", "options-0.5.23.json").read_text(encoding="utf-8"))
+    return {o["strings"][0]: o for o in doc["options"]}
+
+
+OPTIONS = _options()
+
+
+def test_pack_is_for_0_5_23() -> None:
+    assert PACK.name == "default"
+    assert "0.5.23" in PACK.sglang_versions
+    assert len(RULES) == len(PACK.rules)
+
+
+@pytest.mark.parametrize("msg", MESSAGES["message"], ids=lambda m: f"{m['rule']}@{m['source']}")
+def test_each_message_is_caught_by_its_rule(msg: dict[str, str]) -> None:
+    matched = [r.id for r in MATCHER.candidates(clean(msg["text"].encode(), 4096))]
+    assert msg["rule"] in matched, f"{msg['text']!r} matched {matched}"
+
+
+@pytest.mark.parametrize("rule", PACK.rules, ids=lambda r: r.id)
+def test_each_rule_has_a_message_and_a_source(rule: Rule) -> None:
+    caught = [m for m in MESSAGES["message"] if rule in MATCHER.candidates(m["text"])]
+    assert caught, f"no message in the data file exercises {rule.id}"
+    assert rule.source and rule.reason
+
+
+def test_every_listed_attention_backend_message_is_covered() -> None:
+    listed = [m for m in MESSAGES["message"] if m["family"] == "attention-backend"]
+    assert len(listed) >= 40  # the list itself must not shrink by accident
+    uncovered = [
+        m["source"] for m in listed if not any(r.fatal for r in MATCHER.candidates(m["text"]))
+    ]
+    assert uncovered == []
+
+
+@pytest.mark.parametrize("line", MESSAGES["healthy"]["lines"])
+def test_no_rule_matches_a_healthy_line(line: str) -> None:
+    assert MATCHER.candidates(clean(line.encode(), 4096)) == ()
+
+
+def test_reference_log_before_the_failure_is_healthy() -> None:
+    ref = Path("/work/shared/reference/llama-cutedsl-cpu.log")
+    if not ref.is_file():
+        pytest.skip("reference log not on this machine")
+    lines = ref.read_bytes().splitlines()
+    hits = [
+        (i, [r.id for r in MATCHER.candidates(clean(raw, 4096))]) for i, raw in enumerate(lines)
+    ]
+    hits = [h for h in hits if h[1]]
+    assert hits == [(len(lines) - 1, ["cutedsl-mla-requires-sm100"])]
+
+
+@pytest.mark.parametrize("rule", PACK.rules, ids=lambda r: r.id)
+def test_flags_and_values_exist_in_sglang_0_5_23(rule: Rule) -> None:
+    names = list(rule.flags) + [f for f, _ in rule.conditions.flags]
+    for flag in names:
+        assert flag in OPTIONS, f"{flag} is not a canonical 0.5.23 flag"
+    choices = [OPTIONS[f]["choices"] for f in rule.flags if OPTIONS[f]["choices"]]
+    for allowed in choices:
+        for value in [*(rule.values or ()), rule.new_value or ""]:
+            if value and not value.startswith("scale:"):
+                assert value in allowed, f"{value} not a 0.5.23 choice of {rule.flags}"
+
+
+def test_deprecated_and_ambiguous_flags_are_not_used() -> None:
+    used = {f for r in PACK.rules for f in r.flags}
+    assert "--cuda-graph-max-bs" not in used  # an ambiguous prefix in 0.5.23
+    assert "--disable-cuda-graph" not in used  # deprecated in 0.5.23
+
+
+def _ctx(flags: dict[str, str | None], sm: int | None = None) -> MatchContext:
+    return MatchContext(flags=flags, arch="unknown", sm=sm, sglang_version="0.5.23")
+
+
+def _fix(line: str, ctx: MatchContext, fired: dict[str, int] | None = None) -> Fix | None:
+    return first_fix(MATCHER, line, ctx, fired or {})[0]
+
+
+def test_cutedsl_on_a_llama_drops_the_flag() -> None:
+    fix = _fix(
+        "ValueError: CuteDSL MLA backend is only supported on Blackwell GPUs (SM100). "
+        "Please use a different backend.",
+        _ctx({"--attention-backend": "cutedsl_mla"}),
+    )
+    assert fix is not None
+    assert (fix.action, fix.flag, fix.old_value) == (
+        "drop_flag",
+        "--attention-backend",
+        "cutedsl_mla",
+    )
+
+
+def test_oom_ladder_uses_0_5_23_flags() -> None:
+    torch_line = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB."
+    capture = "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2 GiB"
+    flags: dict[str, str | None] = {"--mem-fraction-static": "0.88"}
+    fired: dict[str, int] = {}
+    seen = []
+    for _ in range(8):
+        # One failure prints torch's line first and SGLang's wrapper after it.
+        fix = _fix(torch_line, _ctx(flags), fired) or _fix(capture, _ctx(flags), fired)
+        if fix is None:
+            break
+        fired[fix.rule.id] = fired.get(fix.rule.id, 0) + 1
+        assert fix.flag is not None
+        flags[fix.flag] = fix.new_value
+        seen.append((fix.flag, fix.new_value))
+    assert seen == [
+        ("--mem-fraction-static", "0.792"),
+        ("--mem-fraction-static", "0.7128"),
+        ("--cuda-graph-max-bs-decode", "16"),
+        ("--cuda-graph-max-bs-decode", "8"),
+        ("--cuda-graph-backend-decode", "disabled"),
+    ]
+
+
+def test_port_in_use_gives_up() -> None:
+    line = (
+        "[2026-11-29 15:40:02] ERROR:    [Errno 98] error while attempting to bind on "
+        "address ('0.0.0.0', 30000): address already in use"
+    )
+    fix = _fix(line, _ctx({"--port": "30000"}))
+    assert fix is not None and fix.action == "give_up" and fix.flag is None
+    assert "port" in fix.rule.reason
+
+
+def test_scheduler_crash_restarts_without_flag_change() -> None:
+    line = "[2026-11-29 15:31:02] Scheduler hit an exception: Traceback (most recent call last):"
+    fix = _fix(line, _ctx({"--attention-backend": "triton", "--mem-fraction-static": "0.8"}))
+    assert fix is not None
+    assert (fix.action, fix.flag, fix.new_value) == ("restart", None, None)
+    assert fix.rule.priority < 0  # a specific cause later in the burst is preferred
+
+
+def test_kv_dtype_fix_depends_on_current_value() -> None:
+    line = (
+        "ValueError: TensorRT-LLM MLA backend only supports kv-cache-dtype of fp8_e4m3, "
+        "bf16, or auto."
+    )
+    fix = _fix(line, _ctx({"--kv-cache-dtype": "bfloat16"}))
+    assert fix is not None and fix.new_value == "bf16"
+    fix = _fix(line, _ctx({"--kv-cache-dtype": "fp8_e5m2"}))
+    assert fix is not None and fix.new_value == "fp8_e4m3"
+
+
+def test_prefill_only_fix_depends_on_sm() -> None:
+    line = (
+        "ValueError: --prefill-only-disable-kv-cache currently requires the FA prefill "
+        "backend (fa3/fa4), but got prefill backend 'flashinfer'."
+    )
+    fix90 = _fix(line, _ctx({}, sm=90))
+    fix100 = _fix(line, _ctx({}, sm=100))
+    assert fix90 is not None and fix90.new_value == "fa3"
+    assert fix100 is not None and fix100.new_value == "fa4"
+
+
+# --- real logs (tests/data/sglang-logs/*.log): each log found is a test -------------------
+
+
+def _headers(path: Path) -> dict[str, str]:
+    heads: dict[str, str] = {}
+    for raw in path.read_bytes().splitlines():
+        if not raw.startswith(b"# "):
+            break
+        key, _, value = raw[2:].decode("utf-8", "replace").partition(":")
+        heads[key.strip()] = value.strip()
+    return heads
+
+
+def _decide(path: Path) -> tuple[Fix | None, list[str]]:
+    """What a supervisor that reads the whole failure burst would pick: the best-priority fix."""
+    heads = _headers(path)
+    flags = _flags_of(heads.get("command", ""))
+    ctx = MatchContext(
+        flags=flags, arch="unknown", sm=None, sglang_version=heads.get("sglang") or None
+    )
+    best: Fix | None = None
+    matched: list[str] = []
+    for raw in path.read_bytes().splitlines():
+        if raw.startswith(b"# "):
+            continue
+        line = clean(raw, 4096)
+        matched += [r.id for r in MATCHER.candidates(line)]
+        fix, _ = first_fix(MATCHER, line, ctx, {})
+        if fix is not None and (best is None or fix.rule.priority > best.rule.priority):
+            best = fix
+    return best, matched
+
+
+def _flags_of(command: str) -> dict[str, str | None]:
+    # Enough of argv for these logs: --flag value / --flag=value / bare --flag.
+    words = command.split()
+    flags: dict[str, str | None] = {}
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            name, eq, value = word.partition("=")
+            nxt = words[i + 1] if i + 1 < len(words) else None
+            flags[name] = value if eq else (nxt if nxt and not nxt.startswith("--") else None)
+    return flags
+
+
+@pytest.mark.parametrize("path", LOGS, ids=lambda p: p.name)
+def test_real_log(path: Path) -> None:
+    expect = _headers(path).get("expect-rule")
+    best, matched = _decide(path)  # every rule runs over every line, header or not
+    if expect is None:
+        pytest.skip(f"{path.name} has no '# expect-rule: <id|none>' header (matched {matched})")
+    if expect == "none":
+        assert best is None, f"{path.name}: {best.rule.id if best else ''} fired"
+    else:
+        assert expect in RULES, f"{path.name}: unknown rule {expect}"
+        assert best is not None and best.rule.id == expect, f"{path.name}: matched {matched}"
+
+
+def test_sources_cite_lines_that_hold_the_message() -> None:
+    root = Path(os.environ.get("SGLANG_SRC", "/tmp/sgsrc/src"))
+    if not (root / "sglang" / "srt").is_dir():
+        pytest.skip("SGLang 0.5.23 source not unpacked (set SGLANG_SRC)")
+    bad = []
+    for msg in MESSAGES["message"]:
+        cite = re.match(r"(sglang/\S+?):(\d+)", msg["source"])
+        if not cite:
+            continue
+        lines = (root / cite.group(1)).read_text(encoding="utf-8").splitlines()
+        cited = lines[int(cite.group(2)) - 1]
+        # The longest literal piece of the cited line (quotes in, f-string fields out) must be
+        # part of the message as printed.
+        pieces = [
+            p
+            for q in re.findall(r"[\"']([^\"']*)[\"']", cited)
+            for p in re.split(r"\{[^}]*\}|\\n", q)
+        ]
+        # A torch/Python message (an import, say) cites the statement: its last word.
+        longest = max(pieces, key=len).strip() if pieces else cited.split()[-1]
+        if len(longest) < 8 or longest not in msg["text"]:
+            bad.append((msg["source"], longest, msg["text"][:60]))
+    assert bad == []
