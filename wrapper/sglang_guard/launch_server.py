@@ -1,0 +1,98 @@
+"""Drop-in for `python -m sglang.launch_server`: the same arguments, under the guard.
+
+    python -m sglang_guard.launch_server --model-path M --port 30000 ...
+    sglang-guard-launch --model-path M --port 30000 ...
+
+Guard settings come from the environment (SGLANG_GUARD_CONFIG, SGLANG_GUARD_POLICY,
+SGLANG_GUARD_GPU_SM, SGLANG_GUARD_STATE_DIR, SGLANG_GUARD_PYTHON, SGLANG_GUARD_PREFLIGHT=0,
+SGLANG_GUARD_LOG_FORMAT) or the first config file found at /etc/sglang-guard/guard.toml,
+then $XDG_CONFIG_HOME/sglang-guard/guard.toml.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+
+from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig
+from sglang_guard.errors import EXIT_INTERNAL, GuardError, InputError
+
+GUARD_LINE = ("\n[sglang-guard] This server runs under sglang-guard: backend flags are checked "
+              "against the model and GPU before launch, and fatal log lines are fixed and "
+              "restarted. Settings: SGLANG_GUARD_* environment variables or "
+              "/etc/sglang-guard/guard.toml.\n")
+
+
+def guard_config_from_env() -> GuardConfig:
+    """The guard config: the file (env or default places), then SGLANG_GUARD_* overrides."""
+    from sglang_guard.shell.configfile import locate, read_guard_config  # noqa: PLC0415
+
+    cfg = read_guard_config(locate(None, search_defaults=True))
+    policy = os.environ.get("SGLANG_GUARD_POLICY")
+    if policy:
+        if policy not in POLICY_MODES:
+            raise InputError(f"SGLANG_GUARD_POLICY={policy!r}: expected one of "
+                             f"{', '.join(POLICY_MODES)}")
+        cfg = replace(cfg, policy=replace(cfg.policy, default=policy))  # type: ignore[arg-type]
+    if os.environ.get("SGLANG_GUARD_GPU_SM"):
+        cfg = replace(cfg, gpu_sm=os.environ["SGLANG_GUARD_GPU_SM"])
+    if os.environ.get("SGLANG_GUARD_STATE_DIR"):
+        cfg = replace(cfg, state_dir=os.environ["SGLANG_GUARD_STATE_DIR"])
+    fmt = os.environ.get("SGLANG_GUARD_LOG_FORMAT")
+    if fmt in ("auto", "json", "console"):
+        cfg = replace(cfg, log_format=fmt)  # type: ignore[arg-type]
+    return cfg
+
+
+def _python() -> str:
+    return os.environ.get("SGLANG_GUARD_PYTHON") or sys.executable
+
+
+def show_help() -> int:
+    """SGLang's own --help (when SGLang is installed), plus one paragraph about the guard."""
+    try:
+        out = subprocess.run([_python(), "-m", "sglang.launch_server", "--help"],
+                             capture_output=True, text=True, timeout=120, check=False)
+        text = out.stdout if out.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        text = ""
+    if not text:
+        text = ("usage: sglang-guard-launch [SGLang launch_server arguments]\n\n"
+                f"SGLang is not installed for {_python()}: its help cannot be shown.\n")
+    sys.stdout.write(text + GUARD_LINE)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of `sglang-guard-launch` and `python -m sglang_guard.launch_server`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in args or "--help" in args:
+        sys.exit(show_help())
+    try:
+        from sglang_guard.shell import logsetup  # noqa: PLC0415
+        from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
+        from sglang_guard.shell.runner import RunOptions, run  # noqa: PLC0415
+
+        cfg = guard_config_from_env()
+        logsetup.configure(cfg.log_format)
+        opts = RunOptions(argv=tuple(args), python=_python(),
+                          state_dir=cfg.state_dir or default_state_dir(),
+                          preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
+        sys.exit(run(cfg, opts))
+    except GuardError as exc:
+        sys.stderr.write(f"sglang-guard: error: {exc}\n")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # a bug: one line unless debugging is asked for
+        if os.environ.get("SGLANG_GUARD_DEBUG"):
+            raise
+        sys.stderr.write(f"sglang-guard: internal error: {type(exc).__name__}: {exc}\n")
+        sys.exit(EXIT_INTERNAL)
+
+
+if __name__ == "__main__":
+    main()
