@@ -59,5 +59,6 @@ def render_decision(decision: Decision, inputs: Inputs) -> str:
     if decision.derived_path:
         lines.append(f"derived   {decision.derived_path} (your YAML minus/with the fixed keys)")
     lines.append(f"verdict   {decision.verdict}")
-    lines.append("command   " + shlex.join(redact_argv(decision.argv_out, table)))
+    argv = ["python", "-m", "sglang.launch_server", *redact_argv(decision.argv_out, table)]
+    lines.append("command   " + shlex.join(argv))
     return "\n".join(lines)

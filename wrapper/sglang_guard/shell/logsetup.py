@@ -25,7 +25,8 @@ def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
 def configure(fmt: str = "auto", stream: TextIO | None = None, level: int = logging.INFO) -> None:
     """Set up structlog for the whole process (`fmt`: auto, json or console)."""
     stream = stream or sys.stderr
-    use_json = fmt == "json" or (fmt == "auto" and not _isatty(stream))
+    # The issue's rule: JSON whenever stdout is not a TTY (a unit, a pipe, a container log).
+    use_json = fmt == "json" or (fmt == "auto" and not _isatty(sys.stdout))
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if use_json

@@ -1,0 +1,29 @@
+# Shared by scripts/demo and scripts/test: the guard's own venv (.venv, from pyproject.toml).
+# shellcheck shell=bash
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$REPO/.venv"
+
+say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
+
+ensure_guard_venv() {
+    # Rebuilt when pyproject.toml changes (its hash is stored in the venv).
+    local want have
+    want="$(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"
+    have="$(cat "$VENV/.pyproject-hash" 2>/dev/null || true)"
+    if [[ "$want" != "$have" || ! -x "$VENV/bin/sglang-guard" ]]; then
+        say "installing sglang-guard and its dev tools into $VENV"
+        rm -rf "$VENV"
+        python3 -m venv "$VENV"
+        "$VENV/bin/pip" install --quiet --upgrade pip >&2
+        "$VENV/bin/pip" install --quiet -e "$REPO[dev]" >&2
+        echo "$want" > "$VENV/.pyproject-hash"
+    fi
+    export PATH="$VENV/bin:$PATH"
+}
+
+ensure_sglang_env() {
+    # The cached SGLang 0.5.23 CPU venv (~6 GB, outside the repo); prints its python.
+    say "SGLang 0.5.23 CPU environment (built once, then reused)"
+    "$REPO/tests/e2e/setup-sglang-cpu" | tail -n 1
+}
