@@ -65,7 +65,7 @@ class TinyModel:
 
 
 def _save(model_type: str, arch: str, **fields: Any) -> Writer:
-    """A writer that saves transformers' config class for `model_type` with `architectures=[arch]`."""
+    """A writer saving transformers' config class for `model_type`, `architectures=[arch]`."""
 
     def write(path: Path) -> None:
         config = transformers.AutoConfig.for_model(model_type, **fields)
@@ -85,9 +85,25 @@ def _raw(config: dict[str, Any]) -> Writer:
     return write
 
 
+def _patched(writer: Writer, **extra: Any) -> Writer:
+    """A writer that adds fields to config.json that the transformers class would drop."""
+
+    def write(path: Path) -> None:
+        writer(path)
+        config_path = path / "config.json"
+        config = json.loads(config_path.read_text())
+        config.update(extra)
+        config_path.write_text(json.dumps(config, indent=2) + "\n")
+
+    return write
+
+
 def _deepseek(model_type: str, arch: str, **extra: Any) -> Writer:
-    return _save(model_type, arch, **SMALL, **MLA_SHAPES, **MOE, first_k_dense_replace=1,
-                 rope_scaling=dict(YARN), **extra)
+    # SGLang's DeepSeek model code reads these three (real V3 checkpoints carry them);
+    # transformers' DeepseekV3Config does not keep them, so they are added to the file.
+    return _patched(_save(model_type, arch, **SMALL, **MLA_SHAPES, **MOE,
+                          first_k_dense_replace=1, rope_scaling=dict(YARN), **extra),
+                    moe_layer_freq=1, topk_method="noaux_tc", scoring_func="sigmoid")
 
 
 def _deepseek_v2_text(**extra: Any) -> dict[str, Any]:
@@ -119,15 +135,27 @@ _GLM_LITE = _save("glm4_moe_lite", "Glm4MoeLiteForCausalLM", **SMALL, **MLA_SHAP
 _GLM_DSA = _save("glm_moe_dsa", "GlmMoeDsaForCausalLM", **SMALL, **MLA_SHAPES,
                  moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
                  first_k_dense_replace=1, rope_scaling=dict(YARN))
+# No yarn here: SGLang's own LongcatFlashConfig validates yarn before it sets
+# max_position_embeddings (srt/configs/longcat_flash.py:64-79) and fails to load.
 _LONGCAT = _save("longcat_flash", "LongcatFlashForCausalLM", hidden_size=64,
                  num_layers=2, num_attention_heads=4, vocab_size=512, ffn_hidden_size=128,
-                 expert_ffn_hidden_size=32, n_routed_experts=4, **MLA_SHAPES,
-                 rope_scaling=dict(YARN))
+                 max_position_embeddings=2048,
+                 expert_ffn_hidden_size=32, n_routed_experts=4, **MLA_SHAPES)
 _QWEN3_NEXT = _save("qwen3_next", "Qwen3NextForCausalLM", **SMALL, head_dim=16,
                     moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
                     linear_num_key_heads=2, linear_num_value_heads=4,
                     linear_key_head_dim=16, linear_value_head_dim=16,
                     layer_types=["linear_attention", "full_attention"])
+_DSV4 = _save("deepseek_v4", "DeepseekV4ForCausalLM", hidden_size=64, num_hidden_layers=2,
+              num_attention_heads=4, head_dim=64, qk_rope_head_dim=16, q_lora_rank=32,
+              o_lora_rank=32, o_groups=2, index_n_heads=4, index_head_dim=16, index_topk=8,
+              moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+              vocab_size=512, max_position_embeddings=2048, sliding_window=16,
+              layer_types=["compressed_sparse_attention", "heavily_compressed_attention"],
+              mlp_layer_types=["hash_moe", "moe"])
+# SGLang reads V4 through a DeepseekV3Config alias that wants the checkpoint's own field
+# (transformers' V4 class calls it compress_rates and drops compress_ratios on save).
+_DSV4 = _patched(_DSV4, compress_ratios=[4, 128])
 _LLAMA = _save("llama", "LlamaForCausalLM", **SMALL)
 _DSV3_W = _deepseek(*_DSV3)
 _VL2_BASE: dict[str, Any] = {"model_type": "deepseek_vl_v2",
@@ -149,6 +177,9 @@ MODELS: tuple[TinyModel, ...] = (
     # An override can rename the architecture out of the MLA list.
     TinyModel("deepseek-v3-as-llama", _DSV3_W, "mha",
               override_args='{"architectures": ["LlamaForCausalLM"]}'),
+    # DeepSeek-V4 left the MLA list: SGLang runs it (and its NextN draft) as MHA.
+    TinyModel("deepseek-v4", _DSV4, "mha"),
+    TinyModel("deepseek-v4-nextn", _DSV4, "mha", is_draft=True),
     TinyModel("glm4-moe", _GLM_MOE, "mha"),
     # The GLM-4 MoE NextN draft is MHA although DeepSeek-style drafts are MLA.
     TinyModel("glm4-moe-nextn", _GLM_MOE, "mha", is_draft=True),

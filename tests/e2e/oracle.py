@@ -10,10 +10,11 @@ own logging goes to stderr so stdout stays parseable.
 `parse` mode: in 0.5.23 `prepare_server_args(argv)` (srt/server_args.py:668) only merges
 `--config`, parses, and builds the record: `ServerArgs.__post_init__` (server_args.py:241) is
 empty on purpose. The hooks that need hardware (GPU memory, SM, backend auto-pick, reading the
-model) run later in `ServerArgs.resolve_once()` -> `arg_groups/pipeline.py::run_resolution_pipeline`,
-which `launch_server` calls. So `prepare_server_args` is the CPU-safe step and the one used
-here: it reads argv exactly as `launch_server` does (choices, types, aliases, prefix
-abbreviations, the `--config` YAML merge). `parse --resolve` also tries `resolve_once()`
+model) run later in `ServerArgs.resolve_once()` ->
+`arg_groups/pipeline.py::run_resolution_pipeline`, which `launch_server` calls. So
+`prepare_server_args` is the CPU-safe step and the one used here: it reads argv exactly as
+`launch_server` does (choices, types, aliases, prefix abbreviations, the `--config` YAML
+merge). `parse --resolve` also tries `resolve_once()`
 and reports its error in `resolve_error` (it needs the model on disk; expect GPU errors).
 """
 
@@ -26,6 +27,11 @@ import logging
 import os
 import sys
 from typing import Any
+
+# Only importable in the SGLang venv (this file runs there, never in the guard's python).
+from sglang.srt.arg_groups.arg_utils import record_fields  # type: ignore[import-not-found]
+from sglang.srt.configs.model_config import ModelConfig  # type: ignore[import-not-found]
+from sglang.srt.server_args import prepare_server_args  # type: ignore[import-not-found]
 
 BACKEND_FIELDS = (
     "attention_backend",
@@ -43,8 +49,6 @@ def _one_line(exc: BaseException) -> str:
 
 def arch(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """attention_arch and architectures (after draft renames) for each model dir."""
-    from sglang.srt.configs.model_config import ModelConfig
-
     out = []
     for item in items:
         row: dict[str, Any] = {"dir": item["dir"], "attention_arch": None,
@@ -58,7 +62,7 @@ def arch(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
             )
             row["attention_arch"] = config.attention_arch.name.lower()
             row["architectures"] = list(config.hf_config.architectures or [])
-        except BaseException as exc:  # noqa: BLE001 - one bad model must not end the batch
+        except BaseException as exc:  # one bad model must not end the batch
             row["error"] = _one_line(exc)
         out.append(row)
     return out
@@ -66,15 +70,11 @@ def arch(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _fields(server_args: Any) -> dict[str, str]:
     """Every field of the ServerArgs record, as strings."""
-    from sglang.srt.arg_groups.arg_utils import record_fields
-
     return {f.name: str(getattr(server_args, f.name, None))
             for f in record_fields(type(server_args))}
 
 
 def _parse_one(argv: list[str], resolve: bool) -> dict[str, Any]:
-    from sglang.srt.server_args import prepare_server_args
-
     row: dict[str, Any] = {"argv": argv, "exit_code": None, "error": None, "full": None}
     stderr = io.StringIO()
     try:
@@ -86,7 +86,7 @@ def _parse_one(argv: list[str], resolve: bool) -> dict[str, Any]:
         row["exit_code"] = exc.code
         row["error"] = lines[-1] if lines else f"SystemExit({exc.code})"
         return row
-    except Exception as exc:  # noqa: BLE001 - a bad --config YAML raises, say
+    except Exception as exc:  # a bad --config YAML raises, say
         row["error"] = _one_line(exc)
         return row
     for name in BACKEND_FIELDS:
@@ -96,7 +96,7 @@ def _parse_one(argv: list[str], resolve: bool) -> dict[str, Any]:
         row["resolve_error"] = None
         try:
             server_args.resolve_once()
-        except BaseException as exc:  # noqa: BLE001 - hardware hooks fail in many ways on CPU
+        except BaseException as exc:  # hardware hooks fail in many ways on CPU
             row["resolve_error"] = _one_line(exc)
     return row
 
