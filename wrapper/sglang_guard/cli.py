@@ -8,12 +8,12 @@ import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
 from sglang_guard import __version__
-from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig
+from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig, PolicyMode
 from sglang_guard.errors import (
     EXIT_INTERNAL,
     EXIT_OK,
@@ -36,6 +36,8 @@ def _guarded(fn: F) -> F:
             sys.exit(exc.exit_code)
         except KeyboardInterrupt:
             sys.exit(130)
+        except click.ClickException:
+            raise  # click prints usage errors itself (exit 2)
         except Exception as exc:  # a bug: one line unless debugging is asked for
             if os.environ.get("SGLANG_GUARD_DEBUG"):
                 raise
@@ -51,9 +53,11 @@ def _guarded(fn: F) -> F:
 def _common(fn: F) -> F:
     """Options shared by `check` and `run`."""
     fn = click.option("--policy", type=click.Choice(POLICY_MODES), default=None,
-                      help="What to do with a flag that does not fit (default: drop, or the config's).")(fn)
+                      help="What to do with a flag that does not fit "
+                           "(default: drop, or the config's).")(fn)
     fn = click.option("--gpu-sm", default=None, metavar="auto|none|SM",
-                      help="GPU compute capability: auto (NVML), none (no GPU), or e.g. 90, 100, 120.")(fn)
+                      help="GPU compute capability: auto (NVML), none (no GPU), "
+                           "or e.g. 90, 100, 120.")(fn)
     fn = click.option("--config", "config_path", default=None, metavar="GUARD.toml",
                       help="The guard's config file (also $SGLANG_GUARD_CONFIG).")(fn)
     return fn
@@ -66,7 +70,7 @@ def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
 
     cfg = read_guard_config(locate(config_path, search_defaults=search_defaults))
     if policy:
-        cfg = replace(cfg, policy=replace(cfg.policy, default=policy))
+        cfg = replace(cfg, policy=replace(cfg.policy, default=cast("PolicyMode", policy)))
     if gpu_sm:
         cfg = replace(cfg, gpu_sm=gpu_sm)
     return cfg
@@ -102,7 +106,7 @@ def main() -> None:
 @click.option("--state-dir", default=None, help="Where derived SGLang YAML files are named.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @_guarded
-def check(policy: str | None, gpu_sm: str | None, config_path: str | None, as_json: bool,
+def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as_json: bool,
           state_dir: str | None, args: tuple[str, ...]) -> None:
     """Show what preflight decides for an SGLang command line, without launching.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from sglang_guard.core.redact import redact_argv
+from sglang_guard.core.redact import redact_argv, redact_text
 
 if TYPE_CHECKING:
     from sglang_guard.core.preflight import Decision
@@ -19,7 +19,9 @@ def decision_json(decision: Decision, inputs: Inputs) -> dict[str, Any]:
         "verdict": decision.verdict,
         "argv_in": list(decision.argv_in),
         "argv_out": list(decision.argv_out),
-        "derived_config": dict(decision.derived_yaml) if decision.derived_yaml is not None else None,
+        "derived_config": (
+            dict(decision.derived_yaml) if decision.derived_yaml is not None else None
+        ),
         "derived_config_path": decision.derived_path,
         "model": {"path": model.path, "architectures": list(model.architectures),
                   "attention_arch": model.attention_arch, "model_type": model.model_type},
@@ -42,11 +44,11 @@ def render_decision(decision: Decision, inputs: Inputs) -> str:
         d = inputs.draft
         lines.append(f"draft     {d.path}  [{', '.join(d.architectures) or '?'}]  "
                      f"attention: {d.attention_arch}")
-    gpu_text = {"none": "none (no GPU on this host)",
-                "unknown": "unknown"}.get(gpu.source, f"SM{gpu.sm}" + (f" ({gpu.name})" if gpu.name else ""))
+    gpu_text = {"none": "none (no GPU on this host)", "unknown": "unknown"}.get(
+        gpu.source, f"SM{gpu.sm}" + (f" ({gpu.name})" if gpu.name else ""))
     lines.append(f"gpu       {gpu_text}")
-    for w in decision.warnings:
-        lines.append(f"warning   {w}")
+    for w in decision.warnings:  # parse problems quote the user's tokens, secrets included
+        lines.append(f"warning   {redact_text(w)}")
     if not decision.findings:
         lines.append("findings  none: every backend flag fits")
     for f in decision.findings:

@@ -166,7 +166,9 @@ def _is_option(tok: str, table: OptionTable) -> bool:
     return table.lookup(tok).kind != "not_option"
 
 
-def _scan(tokens: list[str], table: OptionTable, origin: Literal["cli", "yaml"]) -> list[Occurrence]:
+def _scan(
+    tokens: list[str], table: OptionTable, origin: Literal["cli", "yaml"]
+) -> list[Occurrence]:
     """Walk tokens the way argparse consumes them (SGLang's parser has no positionals)."""
     out: list[Occurrence] = []
     i = 0
@@ -184,12 +186,12 @@ def _scan(tokens: list[str], table: OptionTable, origin: Literal["cli", "yaml"])
             i += 1
             continue
         if look.kind in ("ambiguous", "unknown") or look.spec is None:
-            problem = (
+            bad = (
                 f"ambiguous option: {tok} could match {', '.join(look.matches)}"
                 if look.kind == "ambiguous"
                 else f"unrecognized arguments: {tok}"
             )
-            out.append(Occurrence(None, origin, i, 1, tok, (), False, problem=problem))
+            out.append(Occurrence(None, origin, i, 1, tok, (), False, problem=bad))
             i += 1
             continue
         spec = look.spec
@@ -209,7 +211,8 @@ def _consume(
     if explicit is not None:
         if nargs == 0:
             return (), 0, f"argument {spec.canonical}: ignored explicit argument {explicit!r}"
-        return (explicit,), 0, None
+        # argparse checks choices on `--flag=value` too (`_get_values` -> `_check_value`).
+        return (explicit,), 0, _bad_choice(spec, (explicit,))
     following: list[str] = []
     for tok in tokens[start:]:
         if tok == "--" or _is_option(tok, table):
@@ -230,8 +233,9 @@ def _consume(
         noun = "one argument" if want == 1 else f"{want} arguments"
         return (), 0, f"argument {spec.canonical}: expected {noun}"
     values = tuple(following[:want])
-    if spec.choices is not None:
-        bad = [v for v in values if v not in spec.choices]
-        if bad:
-            return values, want, f"argument {spec.canonical}: invalid choice: {bad[0]!r}"
-    return values, want, None
+    return values, want, _bad_choice(spec, values)
+
+
+def _bad_choice(spec: OptionSpec, values: tuple[str, ...]) -> str | None:
+    bad = [v for v in values if spec.choices is not None and v not in spec.choices]
+    return f"argument {spec.canonical}: invalid choice: {bad[0]!r}" if bad else None

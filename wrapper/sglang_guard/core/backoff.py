@@ -13,7 +13,11 @@ def backoff_delay(
     """
     if not 0.0 <= jitter < 1.0:
         raise ValueError(f"jitter must be in [0, 1), got {jitter}")
-    base = min(maximum, initial * factor ** max(0, attempt))
+    try:
+        grown = initial * factor ** max(0, attempt)
+    except OverflowError:  # a long crash history: float power overflows long before `maximum`
+        grown = maximum
+    base = min(maximum, grown)
     return base * (1.0 + 0.25 * jitter)
 
 

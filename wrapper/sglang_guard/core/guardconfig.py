@@ -6,11 +6,14 @@ typo in a policy key must not silently fall back to the default.
 
 from __future__ import annotations
 
+import math
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
+from sglang_guard.core.compat import BACKEND_FLAGS
 from sglang_guard.errors import ConfigError
 
 PolicyMode = Literal["drop", "rewrite", "fail", "warn"]
@@ -38,7 +41,8 @@ class SglangSection:
 
     args: tuple[str, ...] = ()
     config: str | None = None  # an SGLang YAML: becomes `--config PATH`
-    launch: tuple[str, ...] = ()  # e.g. ("sglang", "serve"); default: <python> -m sglang.launch_server
+    # e.g. ("sglang", "serve"); default: <python> -m sglang.launch_server
+    launch: tuple[str, ...] = ()
     python: str | None = None
 
 
@@ -105,15 +109,32 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
         restart=_section(path, "restart", data, RestartSection),
         health=_section(path, "health", data, HealthSection),
         rules=_section(path, "rules", data, RulesSection),
-        state_dir=_typed(path, "state.dir", _table(path, "state", data).get("dir"), (str, type(None))),
-        gpu_sm=str(_typed(path, "gpu.sm", _table(path, "gpu", data).get("sm", "auto"), (str, int))),
-        log_format=_choice(path, "log.format", _table(path, "log", data).get("format", "auto"),
+        state_dir=_typed(path, "state.dir", _leaf(path, "state", data, "dir"), (str, type(None))),
+        gpu_sm=_gpu_sm(path, _leaf(path, "gpu", data, "sm", "auto")),
+        log_format=_choice(path, "log.format", _leaf(path, "log", data, "format", "auto"),
                            ("auto", "json", "console")),
     )
 
 
-def _table(path: str, key: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
-    value = data.get(key, {})
+def _leaf(path: str, name: str, data: Mapping[str, Any], key: str, default: Any = None) -> Any:
+    """The one key a one-key section such as [gpu] holds (others are unknown keys)."""
+    table = _table(path, name, data.get(name, {}))
+    _no_unknown(path, f"{name}.", table, {key})
+    return table.get(key, default)
+
+
+# What `--gpu-sm` accepts (shell/gpuprobe.parse_gpu_sm does the range check).
+_GPU_SM = re.compile(r"^(auto|none|(sm)?\d{2,3}|\d+\.\d)$", re.IGNORECASE)
+
+
+def _gpu_sm(path: str, value: Any) -> str:
+    text = str(_typed(path, "gpu.sm", value, (str, int)))
+    if not _GPU_SM.match(text.strip()):
+        raise ConfigError(path, "gpu.sm", f"expected auto, none or an SM such as 90, got {text!r}")
+    return text
+
+
+def _table(path: str, key: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(path, key, f"expected a table, got {type(value).__name__}")
     return value
@@ -133,23 +154,26 @@ _TYPES: dict[str, tuple[type, ...]] = {
 
 
 def _section(path: str, name: str, data: Mapping[str, Any], cls: type[Any]) -> Any:
-    raw = _table(path, name, data)
+    raw = _table(path, name, data.get(name, {}))
     spec = {f.name: f for f in fields(cls)}
     _no_unknown(path, f"{name}.", raw, set(spec))
     values: dict[str, Any] = {}
-    for key, value in raw.items():
+    for key, raw_value in raw.items():
+        value: Any = raw_value
         kind = str(spec[key].type)
         expected = _TYPES.get(kind, (object,))
         if isinstance(value, bool) and bool not in expected:
             expected = ()  # TOML true is not a number
         if not isinstance(value, expected):
-            raise ConfigError(path, f"{name}.{key}", f"expected {kind}, got {type(value).__name__} {value!r}")
+            raise ConfigError(path, f"{name}.{key}",
+                              f"expected {kind}, got {type(value).__name__} {value!r}")
         if kind == "tuple[str, ...]":
-            if not all(isinstance(v, str) for v in value):
+            if not all(isinstance(v, str) for v in raw_value):
                 raise ConfigError(path, f"{name}.{key}", "expected a list of strings")
-            value = tuple(value)
-        if kind in ("int", "float") and value < 0:
-            raise ConfigError(path, f"{name}.{key}", f"must not be negative, got {value}")
+            value = tuple(raw_value)
+        # TOML has nan and inf; neither is a usable count, delay or timeout.
+        if kind in ("int", "float") and (value < 0 or not math.isfinite(value)):
+            raise ConfigError(path, f"{name}.{key}", f"must be a finite number >= 0, got {value}")
         values[key] = float(value) if kind == "float" else value
     return cls(**values)
 
@@ -172,12 +196,12 @@ def _policy(path: str, raw: Any) -> PolicyConfig:
         raise ConfigError(path, "policy", f"expected a table, got {type(raw).__name__}")
     _no_unknown(path, "policy.", raw, {"default", "flags", "rewrite"})
     default = _choice(path, "policy.default", raw.get("default", "drop"), POLICY_MODES)
-    flags = _table(path, "flags", raw)
+    flags = _table(path, "policy.flags", raw.get("flags", {}))
     for flag, mode in flags.items():
         _flag_name(path, f"policy.flags.{flag}", flag)
         _choice(path, f"policy.flags.{flag}", mode, POLICY_MODES)
     rewrite: dict[str, dict[str, str]] = {}
-    for flag, target in _table(path, "rewrite", raw).items():
+    for flag, target in _table(path, "policy.rewrite", raw.get("rewrite", {})).items():
         _flag_name(path, f"policy.rewrite.{flag}", flag)
         if isinstance(target, str):
             rewrite[flag] = {"*": target}
@@ -192,3 +216,7 @@ def _policy(path: str, raw: Any) -> PolicyConfig:
 def _flag_name(path: str, key: str, flag: str) -> None:
     if not flag.startswith("--"):
         raise ConfigError(path, key, f"flags are written as SGLang spells them, e.g. --{flag}")
+    # Preflight applies the policy to these flags only; any other name is a typo.
+    if flag not in BACKEND_FLAGS:
+        raise ConfigError(path, key, f"not a flag the policy applies to "
+                                     f"(one of: {', '.join(BACKEND_FLAGS)})")

@@ -131,6 +131,8 @@ def load_option_table(version: str = "0.5.23") -> OptionTable:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:
-            raise ConfigError(str(path), None, f"cannot read the SGLang option table: {exc}") from exc
+            raise ConfigError(
+                str(path), None, f"cannot read the SGLang option table: {exc}"
+            ) from exc
         _CACHE[version] = parse_table(data, str(path))
     return _CACHE[version]

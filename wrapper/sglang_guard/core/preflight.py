@@ -59,6 +59,7 @@ def preflight(
     cl: CommandLine,
     options: OptionTable,
     compat: CompatTable,
+    *,
     model: ModelFacts,
     draft: ModelFacts | None,
     gpu: GpuFacts,
@@ -83,7 +84,8 @@ def preflight(
         warnings += [f"{p.flag} {p.value}: {p.reason}" for p in problems if not p.fatal]
         if not fatal:
             continue
-        finding = _apply_policy(compat, policy, flag, occ.value, fatal, facts, gpu, kv_dtype)
+        finding = _apply_policy(compat, policy, flag, occ.value, fatal,
+                                facts=facts, gpu=gpu, kv_dtype=kv_dtype)
         findings.append(finding)
         if finding.action == "drop":
             edits.append(Edit(dest, "drop"))
@@ -121,21 +123,24 @@ def _apply_policy(
     flag: str,
     value: str,
     problems: list[Problem],
+    *,
     facts: ModelFacts,
     gpu: GpuFacts,
     kv_dtype: str | None,
 ) -> Finding:
     first = problems[0]
     reason = "; ".join(dict.fromkeys(p.reason for p in problems))
-    base = {"flag": flag, "value": value, "kind": first.kind, "source": first.source,
-            "sglang_message": first.sglang_message}
+    base: dict[str, Any] = {"flag": flag, "value": value, "kind": first.kind,
+                            "source": first.source, "sglang_message": first.sglang_message}
     mode = policy.mode(flag)
     if mode == "fail":
         return Finding(action="refuse", new_value=None, reason=reason, **base)
     if mode == "warn":
-        return Finding(action="warn", new_value=None, reason=f"{reason} (policy warn: launched unchanged)", **base)
+        return Finding(action="warn", new_value=None,
+                       reason=f"{reason} (policy warn: launched unchanged)", **base)
     if mode == "rewrite":
-        target, why = _rewrite_target(compat, policy, flag, value, facts, gpu, kv_dtype)
+        target, why = _rewrite_target(compat, policy, flag, value,
+                                      facts=facts, gpu=gpu, kv_dtype=kv_dtype)
         if target is not None:
             return Finding(action="rewrite", new_value=target, reason=f"{reason}; {why}", **base)
         reason = f"{reason}; {why}"
@@ -148,6 +153,7 @@ def _rewrite_target(
     policy: PolicyConfig,
     flag: str,
     value: str,
+    *,
     facts: ModelFacts,
     gpu: GpuFacts,
     kv_dtype: str | None,

@@ -9,7 +9,11 @@ from sglang_guard.core.options import OptionTable
 
 MASK = "***"
 # dest names whose values are secrets: --api-key, --admin-api-key, hub tokens, passwords...
-_SECRET_DEST = re.compile(r"(api_key$|password|passwd|secret|credential|^(hf_|auth_|access_)?token$)")
+# and --watermark-config, which carries the watermark key (SGLang 0.5.23 redacts it itself:
+# sglang/srt/sampling/watermarking/core.py:110-134).
+_SECRET_DEST = re.compile(
+    r"(api_key$|password|passwd|secret|credential|^(hf_|auth_|access_)?token$|^watermark_config$)"
+)
 # Secrets that show up inside free text (a log line, a JSON override): key=value forms and
 # the well-known token shapes of Hugging Face and OpenAI-style keys.
 _INLINE = re.compile(
@@ -40,7 +44,15 @@ def redact_argv(argv: Sequence[str], table: OptionTable) -> list[str]:
     i = 0
     while i < len(out):
         look = table.lookup(out[i])
-        if look.spec is not None and is_secret_dest(look.spec.dest):
+        if look.kind == "ambiguous" and any(is_secret_dest(table.by_string[m].dest)
+                                            for m in look.matches):
+            # SGLang rejects an ambiguous prefix, but the value typed after it is still a secret.
+            if "=" in out[i]:
+                out[i] = f"{out[i].split('=', 1)[0]}={MASK}"
+            elif i + 1 < len(out):
+                out[i + 1] = MASK
+                i += 1
+        elif look.spec is not None and is_secret_dest(look.spec.dest):
             if look.explicit is not None:
                 out[i] = f"{out[i].split('=', 1)[0]}={MASK}"
             elif look.spec.takes_value and i + 1 < len(out):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -39,9 +40,10 @@ def probe_gpu(nvml: Any = None) -> GpuFacts:
                             warning="nvidia-ml-py is not installed: GPU checks skipped")
     try:
         nvml.nvmlInit()
-    except Exception as exc:  # noqa: BLE001 - any NVML failure means "cannot tell"
+    except Exception as exc:  # any NVML failure means "cannot tell"
         return GpuFacts(sm=None, source="unknown",
-                        warning=f"no NVIDIA driver found (NVML: {_nvml_text(exc)}): GPU checks skipped")
+                        warning=f"no NVIDIA driver found (NVML: {_nvml_text(exc)}): "
+                                "GPU checks skipped")
     try:
         count = nvml.nvmlDeviceGetCount()
         if count == 0:
@@ -57,14 +59,12 @@ def probe_gpu(nvml: Any = None) -> GpuFacts:
         notes = ("GPUs of more than one compute capability on this host; checked against the "
                  f"first visible one (index {index})",) if len(sms) > 1 else ()
         return GpuFacts(sm=int(major) * 10 + int(minor), name=name, source="nvml", notes=notes)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # NVML raises its own NVMLError family, and more
         return GpuFacts(sm=None, source="unknown",
                         warning=f"NVML query failed ({_nvml_text(exc)}): GPU checks skipped")
     finally:
-        try:
+        with contextlib.suppress(Exception):  # shutting down a half-initialised NVML
             nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001, S110 - shutting down a half-initialised NVML
-            pass
 
 
 def _first_visible(count: int) -> int:

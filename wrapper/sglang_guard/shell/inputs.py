@@ -1,4 +1,4 @@
-"""Gather what preflight decides on: the parsed command line (with its YAML), model and GPU facts."""
+"""Gather what preflight decides on: the parsed command line (and its YAML), model, GPU facts."""
 
 from __future__ import annotations
 
@@ -97,8 +97,9 @@ def default_state_dir() -> str:
 
 def decide(inputs: Inputs, policy: PolicyConfig, state_dir: str) -> Decision:
     """Run preflight; derived YAMLs are named under `<state_dir>/derived`."""
-    return preflight(inputs.cl, inputs.options, inputs.compat, inputs.model, inputs.draft,
-                     inputs.gpu, policy, str(Path(state_dir) / "derived"))
+    return preflight(inputs.cl, inputs.options, inputs.compat, model=inputs.model,
+                     draft=inputs.draft, gpu=inputs.gpu, policy=policy,
+                     derived_dir=str(Path(state_dir) / "derived"))
 
 
 def write_derived(decision: Decision) -> None:
@@ -112,4 +113,6 @@ def write_derived(decision: Decision) -> None:
         tmp.write_text(dump_yaml(decision.derived_yaml), encoding="utf-8")
         tmp.replace(target)
     except OSError as exc:
-        raise InputError(f"cannot write the derived SGLang config {target}: {exc.strerror}") from None
+        raise InputError(
+            f"cannot write the derived SGLang config {target}: {exc.strerror}"
+        ) from None

@@ -87,7 +87,8 @@ def resolve_model(
     if isolate:
         return _resolve_in_subprocess(path, revision, trust_remote_code, override_args, is_draft)
     archs, model_type, fields, warning = _auto_config(
-        path, raw, revision, trust_remote_code, overrides, table
+        path, raw, revision=revision, trust_remote_code=trust_remote_code,
+        overrides=overrides, table=table,
     )
     if is_draft:
         archs = draft_architectures(table, archs)
@@ -186,6 +187,7 @@ def _hub_config_bytes(repo_id: str, revision: str | None) -> bytes | None:
 def _auto_config(
     path: str,
     raw: bytes,
+    *,
     revision: str | None,
     trust_remote_code: bool,
     overrides: Mapping[str, Any],
@@ -204,7 +206,8 @@ def _auto_config(
         # A model_type transformers does not know (SGLang registers its own config classes
         # for those) or remote code the command did not allow: read the plain fields.
         config = PretrainedConfig.from_dict(json.loads(raw))
-        warning = f"AutoConfig could not load it ({str(exc).splitlines()[0][:160]}); read config.json as-is"
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        warning = f"AutoConfig could not load it ({first}); read config.json as-is"
     for key, value in overrides.items():  # mirrors sglang get_config's override merge
         current = getattr(config, key, None)
         if isinstance(value, dict) and isinstance(current, PretrainedConfig):
@@ -225,14 +228,14 @@ def _text_config(config: Any, archs: tuple[str, ...]) -> Any:
     """SGLang's get_hf_text_config: the sub-config the language model reads."""
     if archs and archs[0].startswith("Llava") and archs[0].endswith("ForCausalLM"):
         return config
-    thinker = _get(config, "thinker_config")
-    if thinker is not None:
-        sub = _get(thinker, "text_config")
-        return sub if sub is not None else thinker
-    for attr in _TEXT_CONFIG_ATTRS[1:]:
-        sub = _get(config, attr)
-        if sub is not None:
-            return sub
+    # SGLang tests hasattr(), so the first attribute present decides even when it is None
+    # (then the config itself is used), and a thinker's own text_config wins over it.
+    for attr in _TEXT_CONFIG_ATTRS:
+        if _has(config, attr):
+            sub = _get(config, attr)
+            if attr == "thinker_config" and sub is not None and _has(sub, "text_config"):
+                sub = _get(sub, "text_config")
+            return sub if sub is not None else config
     return config
 
 

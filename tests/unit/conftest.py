@@ -1,0 +1,57 @@
+"""Unit-test fixtures: an offline Hugging Face hub, a private facts cache, no stray configs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sglang_guard.core.options import OptionTable, load_option_table
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test reaches the network, the user's caches or the user's guard config."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("SGLANG_GUARD_CACHE", str(home / "cache"))
+    monkeypatch.setenv("SGLANG_GUARD_STATE_DIR", str(home / "state"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.delenv("SGLANG_GUARD_CONFIG", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    yield
+
+
+@pytest.fixture(scope="session")
+def options() -> OptionTable:
+    """SGLang 0.5.23's option table as shipped."""
+    return load_option_table()
+
+
+def write_llama(directory: Path, **overrides: object) -> Path:
+    """A tiny Llama model directory (config.json only)."""
+    from transformers import LlamaConfig  # noqa: PLC0415 - slow import, only where needed
+
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                      num_attention_heads=4, num_key_value_heads=4, vocab_size=128,
+                      architectures=["LlamaForCausalLM"], **overrides)
+    cfg.save_pretrained(directory)
+    return directory
+
+
+def write_deepseek_v3(directory: Path, **overrides: object) -> Path:
+    """A tiny DeepSeek-V3 (MLA) model directory (config.json only)."""
+    from transformers import DeepseekV3Config  # noqa: PLC0415
+
+    cfg = DeepseekV3Config(hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                           num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+                           vocab_size=128, kv_lora_rank=16, q_lora_rank=None,
+                           qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                           n_routed_experts=4, num_experts_per_tok=2,
+                           architectures=["DeepseekV3ForCausalLM"], **overrides)
+    cfg.save_pretrained(directory)
+    return directory

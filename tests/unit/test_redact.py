@@ -1,0 +1,69 @@
+"""Secrets never reach a log or the human output, whichever spelling SGLang accepts."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_guard.core.options import OptionTable
+from sglang_guard.core.redact import MASK, is_secret_dest, redact_argv, redact_text
+
+M = MASK
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--api-key", "s3cr3t", "--port", "1"], ["--api-key", M, "--port", "1"]),
+        (["--api-key=s3cr3t"], [f"--api-key={M}"]),
+        (["--api", "s3cr3t"], ["--api", M]),  # unique prefix
+        (["--api-k=s3cr3t"], [f"--api-k={M}"]),
+        (["--admin-api-key", "s3cr3t"], ["--admin-api-key", M]),
+        (["--admin=s3cr3t"], [f"--admin={M}"]),
+        (["--ssl-keyfile-password", "pw"], ["--ssl-keyfile-password", M]),
+        (["--ssl-keyfile-p=pw"], [f"--ssl-keyfile-p={M}"]),
+        (["--ssl-keyfile", "/k.pem"], ["--ssl-keyfile", "/k.pem"]),  # a path, not a secret
+        (["--ssl-keyf", "pw"], ["--ssl-keyf", M]),  # ambiguous with the password flag
+        (["--watermark-config", "{\"key\": 1}"], ["--watermark-config", M]),
+        (["--watermark-config={}"], [f"--watermark-config={M}"]),
+        (["--api-key"], ["--api-key"]),
+        (["--model", "/m", "--served-model-name", "hf_abcdefghijklmnop"],
+         ["--model", "/m", "--served-model-name", M]),
+        (["--json-model-override-args", '{"api_key": "abc"}'],
+         ["--json-model-override-args", f'{{"api_key": "{M}"}}']),
+        (["--tokenizer-path", "/t", "--max-total-tokens", "8"],
+         ["--tokenizer-path", "/t", "--max-total-tokens", "8"]),
+    ],
+)
+def test_redact_argv(options: OptionTable, argv: list[str], expected: list[str]) -> None:
+    before = list(argv)
+    assert redact_argv(argv, options) == expected
+    assert argv == before  # a copy
+
+
+@pytest.mark.parametrize(
+    ("dest", "secret"),
+    [("api_key", True), ("admin_api_key", True), ("ssl_keyfile_password", True),
+     ("watermark_config", True), ("hf_token", True), ("token", True),
+     ("ssl_keyfile", False), ("tokenizer_path", False), ("max_total_tokens", False),
+     ("skip_tokenizer_init", False), ("speculative_token_map", False)],
+)
+def test_is_secret_dest(dest: str, secret: bool) -> None:
+    assert is_secret_dest(dest) is secret
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("api_key=abc def", f"api_key={M} def"),
+        ("API-KEY: abc", f"API-KEY: {M}"),
+        ('{"token": "abc", "x": 1}', f'{{"token": "{M}", "x": 1}}'),
+        ("Authorization: Bearer abc.def", f"Authorization: Bearer {M}"),
+        ("password=p@ss", f"password={M}"),
+        ("using hf_abcdefghijkl now", f"using {M} now"),
+        ("key sk-abcdefghijkl", f"key {M}"),
+        ("hf_short stays", "hf_short stays"),
+        ("nothing to hide", "nothing to hide"),
+    ],
+)
+def test_redact_text(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
