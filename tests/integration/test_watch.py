@@ -1,0 +1,89 @@
+"""The file watcher, driven the way editors save files; waits on its events, never sleeps."""
+
+from __future__ import annotations
+
+import os
+import queue
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sglang_guard.core.events import Event, FileChanged
+from sglang_guard.shell.watch import FileWatcher
+
+WAIT = 5.0
+
+
+@pytest.fixture
+def watched(tmp_path: Path) -> Iterator[tuple[queue.Queue[Event], Path, Path]]:
+    cfg = tmp_path / "guard.toml"
+    yml = tmp_path / "sglang.yaml"
+    cfg.write_text("a = 1\n")
+    yml.write_text("port: 1\n")
+    events: queue.Queue[Event] = queue.Queue()
+    watcher = FileWatcher(events, {str(cfg): "guard_config", str(yml): "sglang_yaml"},
+                          debounce=0.2)
+    watcher.start()
+    yield events, cfg, yml
+    watcher.stop()
+
+
+def _next(events: queue.Queue[Event]) -> FileChanged:
+    event = events.get(timeout=WAIT)
+    assert isinstance(event, FileChanged)
+    return event
+
+
+def _quiet(events: queue.Queue[Event]) -> bool:
+    try:
+        events.get(timeout=1.0)
+    except queue.Empty:
+        return True
+    return False
+
+
+def test_write_in_place(watched: tuple[queue.Queue[Event], Path, Path]) -> None:
+    events, cfg, _ = watched
+    cfg.write_text("a = 2\n")
+    assert _next(events) == FileChanged(str(cfg), "guard_config")
+    assert _quiet(events)
+
+
+def test_temp_file_renamed_over(watched: tuple[queue.Queue[Event], Path, Path]) -> None:
+    events, _, yml = watched
+    tmp = yml.with_name(".sglang.yaml.swp")
+    tmp.write_text("port: 2\n")
+    os.replace(tmp, yml)
+    assert _next(events) == FileChanged(str(yml), "sglang_yaml")
+    assert _quiet(events)
+
+
+def test_delete_and_recreate_is_one_change(watched: tuple[queue.Queue[Event], Path, Path]) -> None:
+    events, cfg, _ = watched
+    cfg.unlink()
+    cfg.write_text("a = 3\n")
+    assert _next(events) == FileChanged(str(cfg), "guard_config")
+    assert _quiet(events)
+
+
+def test_a_burst_is_debounced_to_one_event(watched: tuple[queue.Queue[Event], Path, Path]) -> None:
+    events, cfg, _ = watched
+    for n in range(20):
+        cfg.write_text(f"a = {n}\n")
+    assert _next(events).path == str(cfg)
+    assert _quiet(events)
+
+
+def test_other_files_in_the_directory_are_ignored(
+    watched: tuple[queue.Queue[Event], Path, Path],
+) -> None:
+    events, cfg, _ = watched
+    (cfg.parent / "unrelated.txt").write_text("x")
+    assert _quiet(events)
+
+
+def test_deletion_alone_is_reported(watched: tuple[queue.Queue[Event], Path, Path]) -> None:
+    events, _, yml = watched
+    yml.unlink()
+    assert _next(events) == FileChanged(str(yml), "sglang_yaml")
