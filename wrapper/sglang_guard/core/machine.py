@@ -38,7 +38,7 @@ from sglang_guard.core.events import (
 from sglang_guard.core.guardconfig import HealthSection, RestartSection
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import redact_argv
-from sglang_guard.core.rules import Fix, MatchContext, Matcher, first_fix
+from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
 
 READY_LINE = "The server is fired up and ready to roll!"
@@ -154,11 +154,16 @@ def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Acti
         return state, actions
     if state.phase == "starting" and READY_LINE in event.text and not state.ready_line:
         state = replace(state, ready_line=True)
+        if not env.health.enabled:  # no HTTP probing at all: the line alone says ready
+            return _ready(state, env)
         actions.append(Probe(state.gen, "/health"))
     fix, exhausted = first_fix(env.matcher, event.text, _ctx(state, env), state.fired)
-    if fix is None and exhausted:
-        return _repeat(state, exhausted[0].id, event.text, env, actions)
     if fix is None:
+        # A rule that already fired and now finds nothing left to change (its flag is gone
+        # or already has the new value) fired again after its fix: the fix did not hold.
+        again = exhausted or _refired(env.matcher, event.text, state.fired)
+        if again:
+            return _repeat(state, again[0].id, event.text, env, actions)
         return state, actions
     if fix.rule.priority < 0:  # a catch-all: give the specific line of the same crash a moment
         if state.tentative is None:
@@ -167,6 +172,10 @@ def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Acti
         return state, actions
     new, more = _apply_fix(state, fix, event.text, env)
     return new, actions + more
+
+
+def _refired(matcher: Matcher, line: str, fired: Mapping[str, int]) -> tuple[Rule, ...]:
+    return tuple(r for r in matcher.candidates(line) if r.fatal and fired.get(r.id, 0) > 0)
 
 
 def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list[Action]]:
@@ -196,7 +205,8 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
         "argv_after": redact_argv(new_cl.argv, env.options),
     })
     status = Notify(status=f"remediated {fix.flag} ({rule.id}), restarting")
-    new, actions = _stop(state, Pending("restart", cl=new_cl, reason=rule.reason), f"rule {rule.id}")
+    pending = Pending("restart", cl=new_cl, reason=rule.reason)
+    new, actions = _stop(state, pending, f"rule {rule.id}")
     return new, [journal, status, *actions]
 
 
@@ -212,25 +222,30 @@ def _repeat(state: State, rule_id: str, line: str, env: Env, actions: list[Actio
                                      "command line that reached ready"})
         new, more = _stop(state, Pending("restart", cl=good, reason="restore"), f"repeat {rule_id}")
         return new, [*actions, journal, *more]
-    reason = f"{rule_id} fired again after its fix was applied, and no earlier command line reached ready"
+    reason = (f"{rule_id} fired again after its fix was applied, and no earlier command line "
+              "reached ready")
     journal = Journal({"event": "give_up.planned", **base, "reason": reason})
     new, more = _stop(state, Pending("exit", code=EXIT_GIVE_UP, reason=reason), f"repeat {rule_id}")
     return new, [*actions, journal, *more]
+
+
+def _ready(state: State, env: Env) -> tuple[State, list[Action]]:
+    new = replace(state, phase="ready", last_ready=state.cl)
+    return new, [
+        Journal({"event": "ready", "gen": state.gen,
+                 "argv": redact_argv(state.cl.argv, env.options)}),
+        Notify(ready=True, status="ready"),
+        Schedule("stable", state.gen, env.restart.stable_after_s),
+        *([Schedule("liveness", state.gen, env.health.liveness_interval_s)]
+          if env.health.enabled else []),
+    ]
 
 
 def _on_health(state: State, event: HealthResult, env: Env) -> tuple[State, list[Action]]:
     if event.endpoint == "/health" and state.phase == "starting":
         if not event.ok:
             return state, [Schedule("health_retry", state.gen, HEALTH_RETRY_S)]
-        new = replace(state, phase="ready", last_ready=state.cl)
-        return new, [
-            Journal({"event": "ready", "gen": state.gen,
-                     "argv": redact_argv(state.cl.argv, env.options)}),
-            Notify(ready=True, status="ready"),
-            Schedule("stable", state.gen, env.restart.stable_after_s),
-            *([Schedule("liveness", state.gen, env.health.liveness_interval_s)]
-              if env.health.enabled else []),
-        ]
+        return _ready(state, env)
     if event.endpoint == "/health_generate" and state.phase == "ready":
         if event.ok:
             return replace(state, liveness_streak=0), [
@@ -283,10 +298,10 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
         return new, [*journal, *actions]
     cl = pending.cl if pending is not None and pending.cl is not None else state.cl
     reason = pending.reason if pending is not None else f"exited with status {event.returncode}"
-    return _failure(state, env, cl, reason, now, jitter, journal)
+    return _failure(state, env, cl, reason, now=now, jitter=jitter, journal=journal)
 
 
-def _failure(state: State, env: Env, cl: CommandLine, reason: str, now: float, jitter: float,
+def _failure(state: State, env: Env, cl: CommandLine, reason: str, *, now: float, jitter: float,
              journal: list[Action]) -> tuple[State, list[Action]]:
     cfg = env.restart
     failures = (*failures_in_window(state.failures, now, cfg.window_s), now)

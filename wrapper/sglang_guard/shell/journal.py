@@ -31,6 +31,8 @@ class Journal:
         try:
             journal.path.parent.mkdir(parents=True, exist_ok=True)
             journal._fd = os.open(journal.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+            if _torn(journal.path):  # end the torn line, or our first event would be glued to it
+                os.write(journal._fd, b"\n")
         except OSError as exc:
             raise ConfigError(state_dir, None,
                               f"state dir is not writable ({exc.strerror})") from None
@@ -55,6 +57,15 @@ class Journal:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _torn(path: Path) -> bool:
+    """True when the file's last line has no newline (a crash cut it short)."""
+    with path.open("rb") as fh:
+        if fh.seek(0, os.SEEK_END) == 0:
+            return False
+        fh.seek(-1, os.SEEK_END)
+        return fh.read(1) != b"\n"
 
 
 def read_journal(path: Path) -> Iterator[dict[str, Any]]:

@@ -70,7 +70,8 @@ def journal_preflight(journal: Journal | None, decision: Decision, table: Option
     if journal is None:
         return
     for f in decision.findings:
-        record = {"event": "remediated" if f.action in ("drop", "rewrite") else f"preflight.{f.action}",
+        event = "remediated" if f.action in ("drop", "rewrite") else f"preflight.{f.action}"
+        record = {"event": event,
                   "trigger": "preflight", "rule": f"compat.{f.kind}", "flag": f.flag,
                   "value": f.value, "action": f.action, "new_value": f.new_value,
                   "reason": f.reason,
@@ -97,8 +98,9 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,
                         action=finding.action, reason=finding.reason)
         if decision.verdict == "refused":
+            refusals = [f for f in decision.findings if f.action == "refuse"]
             raise Refused("policy refused the command line: " + "; ".join(
-                f"{f.flag} {f.value}: {f.reason}" for f in decision.findings if f.action == "refuse"))
+                f"{f.flag} {f.value}: {f.reason}" for f in refusals))
         write_derived(decision)
         cl = read_command_line(decision.argv_out, inputs.options)
         arch, gpu = inputs.model.attention_arch, inputs.gpu

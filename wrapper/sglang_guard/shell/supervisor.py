@@ -6,6 +6,7 @@ events; this loop alone decides (via the pure `core.machine.step`) and acts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import random
@@ -19,7 +20,17 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from sglang_guard.core import machine
-from sglang_guard.core.actions import Action, Exit, Journal, Notify, Probe, Reload, Schedule, Spawn, Stop
+from sglang_guard.core.actions import (
+    Action,
+    Exit,
+    Journal,
+    Notify,
+    Probe,
+    Reload,
+    Schedule,
+    Spawn,
+    Stop,
+)
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.events import Event, HealthResult, SignalReceived, Tick
 from sglang_guard.core.redact import redact_text
@@ -60,6 +71,11 @@ class Supervisor:
         self.notifier = Notifier()
         self.log = get_logger()
         self._timers: list[threading.Timer] = []
+        self._stoppers: list[threading.Thread] = []
+        # Signal handlers put here: SimpleQueue.put is reentrant, Queue.put is not (a handler
+        # runs between two bytecodes of the loop thread, perhaps while it holds the Queue's
+        # lock); a small thread forwards each signal to the event queue.
+        self._signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._pidfile = Path(rt.state_dir) / "child.pgid"
 
     # -- the loop --------------------------------------------------------------------------
@@ -67,6 +83,8 @@ class Supervisor:
     def run(self) -> int:
         """Supervise until done; the exit status."""
         self._reap_orphans()
+        forwarder = threading.Thread(target=self._forward_signals, name="signals", daemon=True)
+        forwarder.start()
         old = {s: signal.signal(s, self._on_signal) for s in _HANDLED}
         try:
             self.state, actions = machine.start(self.state, self.rt.env)
@@ -81,15 +99,24 @@ class Supervisor:
         finally:
             for timer in self._timers:
                 timer.cancel()
-            if self.child is not None and self.child.poll() is None:
-                self.child.stop(self.rt.env.restart.stop_grace_s)
             for s, handler in old.items():
                 signal.signal(s, handler)
-            self._pidfile.unlink(missing_ok=True)
+            self._signals.put(None)
+            forwarder.join()
+            for stopper in self._stoppers:
+                stopper.join()
+            if self.child is not None:  # also what outlived the main process: leave nothing
+                self.child.stop(self.rt.env.restart.stop_grace_s)
+            with contextlib.suppress(OSError):  # an unusable state dir was reported already
+                self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
-        self.events.put(SignalReceived(signum))  # only enqueue: the loop acts
+        self._signals.put(signum)  # only enqueue: the loop acts
+
+    def _forward_signals(self) -> None:
+        while (signum := self._signals.get()) is not None:
+            self.events.put(SignalReceived(signum))
 
     def _act(self, actions: list[Action]) -> int | None:
         for action in actions:
@@ -127,6 +154,10 @@ class Supervisor:
     # -- actions ---------------------------------------------------------------------------
 
     def _spawn(self, action: Spawn) -> None:
+        if self.child is not None:
+            # Its main process is gone, but a member that closed its pipes may still hold
+            # the GPU or the port: the old tree goes before the new one starts.
+            self.child.stop(self.rt.env.restart.stop_grace_s)
         host, port = self._address()
         if not ports.wait_port_free(host, port, PORT_WAIT_S if action.gen > 1 else 0.0):
             raise GiveUp(f"port {port} on {host} is in use by another process; SGLang cannot "
@@ -136,10 +167,8 @@ class Supervisor:
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
                                  env=self.rt.child_env)
-        try:
+        with contextlib.suppress(OSError):  # only orphan clean-up after a SIGKILLed guard needs it
             self._pidfile.write_text(str(self.child.pgid))
-        except OSError:
-            pass  # only orphan clean-up after a SIGKILLed guard needs it
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
     def _stop(self, action: Stop) -> None:
@@ -153,7 +182,9 @@ class Supervisor:
             self.log.info("child.stopped", gen=child.gen, terminated=report.terminated,
                           killed=report.killed, seconds=round(report.seconds, 3))
 
-        threading.Thread(target=work, name=f"stop-{action.gen}", daemon=True).start()
+        stopper = threading.Thread(target=work, name=f"stop-{action.gen}", daemon=True)
+        stopper.start()
+        self._stoppers = [t for t in self._stoppers if t.is_alive()] + [stopper]
 
     def _probe(self, action: Probe) -> None:
         host, port = self._address()

@@ -1,0 +1,252 @@
+"""`sglang-guard run` as a process: a guard TOML whose `[sglang] launch` runs the fake child.
+
+Signals go to the guard process itself; every wait is a bounded poll on the journal, a file
+or a process, never a bare sleep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from sglang_guard.core.machine import READY_LINE
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
+from sglang_guard.shell.ports import free_port
+
+from .conftest import wait_gone
+from .test_supervisor import (
+    FA3_LINE,
+    HEALTH_HOST,
+    PACK_TEXT,
+    HealthServer,
+    Launcher,
+    count,
+    journal_events,
+    ready_then_wait,
+    wait_for,
+)
+
+Guard = Callable[..., subprocess.Popen[bytes]]
+
+
+def guard_toml(tmp: Path, launcher: Launcher, pack: Path, **restart: Any) -> Path:
+    """A guard config: the launcher as SGLang, the test pack only, tiny timings."""
+    restart = {"max_failures": 1, "backoff_initial_s": 0.01, "backoff_max_s": 0.05,
+               "stop_grace_s": 2.0, **restart}
+    lines = ["[sglang]", f"launch = {json.dumps(launcher.command)}", "[restart]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in restart.items()]
+    lines += ["[health]", f'host = "{HEALTH_HOST}"', "timeout_s = 2.0",
+              "[rules]", "default_pack = false", f"packs = [{json.dumps(str(pack))}]",
+              "[gpu]", 'sm = "none"', "[log]", 'format = "json"']
+    path = tmp / "guard.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def pack(tmp_path: Path) -> Path:
+    """The test rule pack, as a file the guard config names."""
+    path = tmp_path / "rules.toml"
+    path.write_text(PACK_TEXT)
+    return path
+
+
+@pytest.fixture
+def guard(tmp_path: Path) -> Iterator[Guard]:
+    """Start `sglang-guard run`; whatever is left of it is killed at the end."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(config: Path, argv: list[str], *, state_dir: Path | None = None
+              ) -> subprocess.Popen[bytes]:
+        cmd = [sys.executable, "-m", "sglang_guard", "run", "--config", str(config),
+               "--state-dir", str(state_dir or tmp_path / "state"), "--no-preflight",
+               "--", *argv]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                stdin=subprocess.DEVNULL, cwd=tmp_path)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                for kid in psutil.Process(proc.pid).children(recursive=True):
+                    kid.kill()
+            proc.kill()
+        proc.communicate(timeout=30)
+
+
+def finish(proc: subprocess.Popen[bytes], timeout: float = 30) -> tuple[int, str, str]:
+    """Wait for the guard; its status, stdout and stderr."""
+    out, err = proc.communicate(timeout=timeout)
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+def leftovers(launcher: Launcher) -> list[int]:
+    """Live processes running this test's launcher (grandchildren are named by the pidfile)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and launcher.command[1] in cmd:
+            found.append(proc.pid)
+    return found
+
+
+def argv_for(port: int, *more: str) -> list[str]:
+    """An SGLang argv for the fake child (a secret included: it must never be logged)."""
+    return ["--model-path", "/models/fake", "--port", str(port), "--api-key", "sekrit-9", *more]
+
+
+def test_fatal_line_fix_restart_ready_then_term_exits_0_and_leaves_nothing(
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
+    pids = tmp_path / "pids.json"
+    launcher = Launcher(tmp_path, [
+        [["print", "stderr", FA3_LINE], ["exit", 1]],
+        [["spawn", 2, False], ["pidfile", str(pids)], *ready_then_wait()],
+    ])
+    state = tmp_path / "state"
+    with HealthServer() as server:
+        argv = argv_for(server.port, "--attention-backend", "fa3")
+        proc = guard(guard_toml(tmp_path, launcher, pack, stop_grace_s=0.3), argv)
+        wait_for(lambda: count(state, "ready") >= 1, what="ready")
+        info = json.loads(pids.read_text())
+        proc.send_signal(signal.SIGTERM)
+        code, out, err = finish(proc)
+    assert code == EXIT_OK, err
+    assert READY_LINE in out  # the child's output passes through
+    assert wait_gone([info["pid"], *info["children"]], timeout=10) == []
+    assert leftovers(launcher) == []
+    first, second = launcher.argvs()
+    assert first == argv
+    assert second == argv_for(server.port)  # --attention-backend fa3 dropped, nothing else
+
+    records = journal_events(state)
+    assert all(isinstance(r.get("ts"), str) and r.get("event") for r in records)
+    events = [r["event"] for r in records]
+    for name in ("child.start", "remediated", "child.exit", "ready", "guard.signal", "guard.exit"):
+        assert name in events, name
+    rem = next(r for r in records if r["event"] == "remediated")
+    assert {k: rem[k] for k in ("trigger", "rule", "flag", "action", "line")} == {
+        "trigger": "log", "rule": "fa3-sm", "flag": "--attention-backend",
+        "action": "drop_flag", "line": FA3_LINE}
+    redacted = ["--model-path", "/models/fake", "--port", str(server.port), "--api-key", "***"]
+    assert rem["argv_before"] == [*redacted, "--attention-backend", "fa3"]
+    assert rem["argv_after"] == redacted
+    assert records[-1]["event"] == "guard.exit"
+    assert records[-1]["code"] == 0
+    assert "sekrit-9" not in (state / "journal.jsonl").read_text()
+    assert "sekrit-9" not in err
+
+
+def test_crash_loop_exits_75_in_bounded_time(tmp_path: Path, pack: Path, guard: Guard) -> None:
+    launcher = Launcher(tmp_path, [[["print", "stdout", "crashing"], ["exit", 2]]])
+    started = time.monotonic()
+    proc = guard(guard_toml(tmp_path, launcher, pack, max_failures=3), argv_for(free_port()))
+    code, out, err = finish(proc)
+    assert code == EXIT_GIVE_UP
+    assert time.monotonic() - started < 20
+    assert out.count("crashing") == 3
+    assert "crash loop: 3 failures" in err
+    assert len(launcher.argvs()) == 3
+
+
+def test_child_ignoring_sigterm_is_killed_after_the_grace(
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
+    pids = tmp_path / "pids.json"
+    launcher = Launcher(tmp_path, [[
+        ["ignore_term"], ["spawn", 2, False], ["pidfile", str(pids)],
+        ["print", "stdout", READY_LINE], ["pause"],
+    ]])
+    state = tmp_path / "state"
+    with HealthServer() as server:
+        proc = guard(guard_toml(tmp_path, launcher, pack, stop_grace_s=0.5),
+                     argv_for(server.port))
+        wait_for(lambda: count(state, "ready") >= 1, what="ready")
+        info = json.loads(pids.read_text())
+        started = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code, _, err = finish(proc)
+    assert code == EXIT_OK, err
+    assert 0.4 < time.monotonic() - started < 15  # the grace was given, then SIGKILL
+    assert wait_gone([info["pid"], *info["children"]], timeout=10) == []
+    exits = [r for r in journal_events(state) if r["event"] == "child.exit"]
+    assert [r["returncode"] for r in exits] == [-signal.SIGKILL]
+
+
+@pytest.mark.parametrize(
+    ("rule_id", "pattern"),
+    [("backref", r"(a+)\1"), ("huge-repeat", "((a{1000}){1000}){1000}"),
+     ("lookahead", "(?=a)(a+)+$")],
+)
+def test_rule_pack_with_a_catastrophic_or_invalid_pattern_is_rejected(
+        tmp_path: Path, pack: Path, guard: Guard, rule_id: str, pattern: str) -> None:
+    pack.write_text(PACK_TEXT + f"\n[[rules]]\nid = {json.dumps(rule_id)}\n"
+                    f"pattern = '{pattern}'\naction = \"restart\"\n")
+    launcher = Launcher(tmp_path, [[["exit", 0]]])
+    code, _, err = finish(guard(guard_toml(tmp_path, launcher, pack), argv_for(free_port())))
+    assert code == EXIT_USAGE
+    assert f"rules[{rule_id}].pattern" in err
+    assert "Traceback" not in err
+    assert launcher.argvs() == []  # nothing was launched
+
+
+def test_unwritable_state_dir_is_reported_and_output_still_flows(
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")  # a file where the state dir's parent should be: even root fails
+    launcher = Launcher(tmp_path, [[["print", "stdout", "hello from sglang"], ["exit", 1]]])
+    proc = guard(guard_toml(tmp_path, launcher, pack), argv_for(free_port()),
+                 state_dir=blocker / "state")
+    code, out, err = finish(proc)
+    assert "state dir is not writable" in err
+    assert "hello from sglang" in out
+    assert code == EXIT_GIVE_UP, err  # the crash loop, not an internal error
+
+
+def test_busy_port_at_start_exits_75_with_a_clear_message(
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
+    launcher = Launcher(tmp_path, [[["exit", 0]]])
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, _, err = finish(guard(guard_toml(tmp_path, launcher, pack), argv_for(port)))
+    assert code == EXIT_GIVE_UP
+    assert f"port {port} on 127.0.0.1 is in use" in err
+    assert launcher.argvs() == []
+    records = journal_events(tmp_path / "state")
+    assert any(r["event"] == "give_up" and str(port) in r["reason"] for r in records)
+
+
+def test_sighup_rereads_the_rule_packs_and_keeps_the_old_on_error(
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    state = tmp_path / "state"
+    with HealthServer() as server:
+        proc = guard(guard_toml(tmp_path, launcher, pack), argv_for(server.port))
+        wait_for(lambda: count(state, "ready") >= 1, what="ready")
+        pack.write_text(PACK_TEXT + '\n[[rules]]\nid = "broken"\npattern = "(a"\n'
+                        'action = "restart"\n')
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: count(state, "reload.rejected") >= 1, what="reload.rejected")
+        pack.write_text(PACK_TEXT)
+        proc.send_signal(signal.SIGHUP)
+        wait_for(lambda: count(state, "reload.applied") >= 1, what="reload.applied")
+        proc.send_signal(signal.SIGINT)
+        code, _, err = finish(proc)
+    assert code == EXIT_OK, err
+    records = journal_events(state)
+    rejected = next(r for r in records if r["event"] == "reload.rejected")
+    assert "rules[broken].pattern" in rejected["error"]
+    assert [r["event"] for r in records].count("child.start") == 1  # the child kept running
