@@ -23,8 +23,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "configs" / "models" / "tiny-llama"
 BAD = ["--model-path", str(MODEL), "--attention-backend", "cutedsl_mla"]
-BAD_LATE = ["--model-path", str(REPO / "configs" / "models" / "tiny-deepseek-v3"),
-            "--attention-backend", "hpc_ops"]
+BAD_LATE = [
+    "--model-path",
+    str(REPO / "configs" / "models" / "tiny-deepseek-v3"),
+    "--attention-backend",
+    "hpc_ops",
+]
 
 
 def timed(cmd: list[str], env: dict[str, str], before: object = None) -> float:
@@ -38,8 +42,10 @@ def timed(cmd: list[str], env: dict[str, str], before: object = None) -> float:
 
 def row(name: str, samples: list[float], target: str = "") -> None:
     med = statistics.median(samples)
-    print(f"{name:<44} median {med:7.3f} s   min {min(samples):7.3f}   max {max(samples):7.3f}"
-          f"   {target}")
+    print(
+        f"{name:<44} median {med:7.3f} s   min {min(samples):7.3f}   max {max(samples):7.3f}"
+        f"   {target}"
+    )
 
 
 def main() -> None:
@@ -48,41 +54,76 @@ def main() -> None:
     ap.add_argument("--sglang-python", default=os.environ.get("SGLANG_GUARD_SGLANG_PYTHON"))
     args = ap.parse_args()
     cache = tempfile.mkdtemp(prefix="bench-facts-")
-    env = {**os.environ, "SGLANG_GUARD_CACHE": cache, "HF_HUB_OFFLINE": "1",
-           "TRANSFORMERS_VERBOSITY": "error"}
+    env = {
+        **os.environ,
+        "SGLANG_GUARD_CACHE": cache,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+    }
     py = sys.executable
     guard = [py, "-m", "sglang_guard", "check", "--gpu-sm", "auto", "--", *BAD]
     clear = lambda: shutil.rmtree(cache, ignore_errors=True)  # noqa: E731
     n = args.runs
-    print(f"# {os.cpu_count()} cores, python {sys.version.split()[0]}, {n} runs each, model {MODEL.name}")
-    floor = [timed([py, "-c", f"import json; json.load(open({str(MODEL / 'config.json')!r}))"], env)
-             for _ in range(n)]
+    print(
+        f"# {os.cpu_count()} cores, python {sys.version.split()[0]}, {n} runs each, model {MODEL.name}"
+    )
+    floor = [
+        timed([py, "-c", f"import json; json.load(open({str(MODEL / 'config.json')!r}))"], env)
+        for _ in range(n)
+    ]
     row("read config.json (python -c)", floor)
-    row("import transformers (python -c)",
-        [timed([py, "-c", "import transformers"], env) for _ in range(n)])
-    auto = [timed([py, "-c", f"from transformers import AutoConfig; AutoConfig.from_pretrained({str(MODEL)!r})"], env)
-            for _ in range(n)]
+    row(
+        "import transformers (python -c)",
+        [timed([py, "-c", "import transformers"], env) for _ in range(n)],
+    )
+    auto = [
+        timed(
+            [
+                py,
+                "-c",
+                f"from transformers import AutoConfig; AutoConfig.from_pretrained({str(MODEL)!r})",
+            ],
+            env,
+        )
+        for _ in range(n)
+    ]
     row("AutoConfig.from_pretrained (python -c)", auto)
     cold = [timed(guard, env, clear) for _ in range(n)]
     row("sglang-guard check, no cached facts", cold, "target < 2.5 s")
     warm = [timed(guard, env) for _ in range(n)]
     row("sglang-guard check, facts cached", warm, "target < 0.3 s")
-    print(f"{'ratio cold check / AutoConfig process':<44} {statistics.median(cold) / statistics.median(auto):7.2f}x")
-    print(f"{'ratio cached check / read config.json':<44} {statistics.median(warm) / statistics.median(floor):7.2f}x")
+    print(
+        f"{'ratio cold check / AutoConfig process':<44} {statistics.median(cold) / statistics.median(auto):7.2f}x"
+    )
+    print(
+        f"{'ratio cached check / read config.json':<44} {statistics.median(warm) / statistics.median(floor):7.2f}x"
+    )
     if args.sglang_python:
-        cpu = ["--device", "cpu", "--load-format", "dummy", "--skip-tokenizer-init",
-               "--max-total-tokens", "4096", "--port", "0"]
+        cpu = [
+            "--device",
+            "cpu",
+            "--load-format",
+            "dummy",
+            "--skip-tokenizer-init",
+            "--max-total-tokens",
+            "4096",
+            "--port",
+            "0",
+        ]
         sg = [args.sglang_python, "-m", "sglang.launch_server"]
         fail = [timed([*sg, *BAD, *cpu], env) for _ in range(min(n, 2))]
         row("real SGLang failing on the same command", fail, "(GPU check, argument phase)")
         late = [timed([*sg, *BAD_LATE, *cpu], env) for _ in range(min(n, 2))]
         row("real SGLang: hpc_ops on tiny DeepSeek-V3", late, "(arch check, after model init)")
-        guard_late = [timed([py, "-m", "sglang_guard", "check", "--", *BAD_LATE], env)
-                      for _ in range(n)]
+        guard_late = [
+            timed([py, "-m", "sglang_guard", "check", "--", *BAD_LATE], env) for _ in range(n)
+        ]
         row("sglang-guard check on that command, cached", guard_late)
-        print(f"{'ratio SGLang failure / cached check':<44} "
-              f"{statistics.median(fail) / statistics.median(warm):7.0f}x .. "
-              f"{statistics.median(late) / statistics.median(guard_late):.0f}x")
+        print(
+            f"{'ratio SGLang failure / cached check':<44} "
+            f"{statistics.median(fail) / statistics.median(warm):7.0f}x .. "
+            f"{statistics.median(late) / statistics.median(guard_late):.0f}x"
+        )
     else:
         print("(pass --sglang-python to time real SGLang failing on the same command line)")
     clear()

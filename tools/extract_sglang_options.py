@@ -16,9 +16,9 @@ from typing import Any
 
 
 def _yaml_kind(action: argparse.Action) -> str:
-    if isinstance(action, argparse._StoreTrueAction):  # noqa: SLF001
+    if isinstance(action, argparse._StoreTrueAction):
         return "store_true"
-    if isinstance(action, argparse._StoreAction) or action.nargs is None:  # noqa: SLF001
+    if isinstance(action, argparse._StoreAction) or action.nargs is None:
         return "value"
     return "unsupported"
 
@@ -31,8 +31,8 @@ def dump() -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)
     options = []
-    for action in parser._actions:  # noqa: SLF001 - argparse has no public table
-        if not action.option_strings or isinstance(action, argparse._HelpAction):  # noqa: SLF001
+    for action in parser._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
             continue
         nargs = action.nargs
         options.append(
@@ -44,7 +44,7 @@ def dump() -> dict[str, Any]:
                 "choices": (
                     [str(c) for c in action.choices] if action.choices is not None else None
                 ),
-                "store_true": isinstance(action, argparse._StoreTrueAction),  # noqa: SLF001
+                "store_true": isinstance(action, argparse._StoreTrueAction),
                 # How SGLang's --config YAML merger treats it (server_args_config_parser.py):
                 # store_true keys become a bare flag, one-value keys `--key value`, others fail.
                 "yaml": _yaml_kind(action),

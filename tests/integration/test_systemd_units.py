@@ -13,7 +13,9 @@ REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"
 
 
-def _verify(unit: Path, tmp_path: Path, instance: str | None = None) -> subprocess.CompletedProcess[str]:
+def _verify(
+    unit: Path, tmp_path: Path, instance: str | None = None
+) -> subprocess.CompletedProcess[str]:
     exe = shutil.which("sglang-guard") or str(Path(sys.executable).parent / "sglang-guard")
     text = unit.read_text().replace("/usr/local/bin/sglang-guard", exe)
     target = tmp_path / unit.name

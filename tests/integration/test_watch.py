@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import queue
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,7 +53,7 @@ def test_temp_file_renamed_over(watched: tuple[queue.Queue[Event], Path, Path]) 
     events, _, yml = watched
     tmp = yml.with_name(".sglang.yaml.swp")
     tmp.write_text("port: 2\n")
-    os.replace(tmp, yml)
+    tmp.replace(yml)
     assert _next(events) == FileChanged(str(yml), "sglang_yaml")
     assert _quiet(events)
 

@@ -161,11 +161,12 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
 @click.option("--json", "as_json", is_flag=True, help="JSON output: {\"matches\": [...]}.")
 @click.option("--config", "config_path", default=None, metavar="GUARD.toml",
               help="The guard's config (for extra rule packs).")
-@click.option("--all", "show_all", is_flag=True, help="List every match, not only the first fatal one.")
+@click.option("--all", "show_all", is_flag=True,
+              help="List every match, not only the first fatal one.")
 @click.argument("logfile", type=click.Path(allow_dash=True, dir_okay=False))
 @_guarded
 def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str) -> None:
-    """Run the rule packs over an existing log (a file, or - for stdin) and say what would be fixed."""
+    """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix."""
     from sglang_guard.shell.explain import explain_log  # noqa: PLC0415
 
     cfg = load_config(config_path, None, None)

@@ -332,9 +332,18 @@ class Matcher:
                     )
                 owner[rule.id] = pack
         self._set = re2.Set.SearchSet(_RE2_OPTIONS)
+        # The same patterns over a block of many lines: (?m) lets ^ and $ match at every
+        # line, so a block that matches nothing holds no line that would (a superset test).
+        self._block = re2.Set.SearchSet(_RE2_OPTIONS)
         for rule in self.rules:
             self._set.Add(rule.pattern)
+            self._block.Add("(?m)" + rule.pattern)
         self._set.Compile()
+        self._block.Compile()
+
+    def might_match(self, block: bytes) -> bool:
+        """False only when no line of `block` (UTF-8 lines joined by newlines) can match."""
+        return bool(self.rules) and bool(self._block.Match(block))
 
     def candidates(self, line: str) -> tuple[Rule, ...]:
         """The rules whose pattern matches `line`, in pack order."""

@@ -19,7 +19,9 @@ If a descendant keeps the pipes open after the main process died, EOF -- and so
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import fcntl
 import functools
 import os
 import queue
@@ -35,7 +37,8 @@ from sglang_guard.core.logline import clean
 from sglang_guard.errors import InputError
 from sglang_guard.shell.proctree import StopReport, stop_tree
 
-READ_CHUNK = 64 * 1024  # one pipe's default capacity on Linux
+READ_CHUNK = 1024 * 1024  # bytes per read: the pipes are widened to this where Linux lets us
+_F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 LINE_CAP = 64 * 1024  # bytes of a line kept for matching; the rest is passed through only
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -75,8 +78,10 @@ class _Pump:
         emit: Callable[[Stream, bytes, int], None],
         cap: int,
         budget: int,
+        prefilter: Callable[[bytes], bool] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
+        self._prefilter = prefilter
         self._cap, self._budget = cap, budget
         self._head = bytearray()  # the first `cap` bytes of the current line
         self._length = 0  # the current line's full length so far
@@ -95,6 +100,9 @@ class _Pump:
 
     def _read(self) -> None:
         fd = self._pipe.fileno()
+        # A wider pipe means fewer, larger reads: per-chunk Python work is what costs here.
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, READ_CHUNK)
         try:
             while chunk := os.read(fd, READ_CHUNK):
                 with self._cond:
@@ -109,7 +117,22 @@ class _Pump:
             self._pipe.close()
 
     def _cut(self, chunk: bytes) -> None:
-        start = 0
+        last = chunk.rfind(b"\n")
+        if self._prefilter is not None and last >= 0:
+            # Fast path: one check over every line this chunk completes. When none of them
+            # can interest the consumer, no per-line work (nor event) is done at all.
+            # The whole chunk is checked as is (no copy; its unfinished tail is checked again
+            # with the next chunk, a harmless superset), plus the line it finishes.
+            first = chunk.find(b"\n")
+            if not (self._prefilter(chunk)
+                    or (self._head and self._prefilter(bytes(self._head) + chunk[: first + 1]))):
+                self._head.clear()
+                self._length = 0
+                self._cut_from(chunk, last + 1)
+                return
+        self._cut_from(chunk, 0)
+
+    def _cut_from(self, chunk: bytes, start: int) -> None:
         while True:
             newline = chunk.find(b"\n", start)
             end = len(chunk) if newline < 0 else newline
@@ -157,13 +180,15 @@ class Child:
         sinks: tuple[BinaryIO, BinaryIO],
         cap: int,
         budget: int,
+        prefilter: Callable[[bytes], bool] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
             raise ValueError("the child must be spawned with both pipes")
         self._proc, self.gen, self.pid = proc, gen, proc.pid
         self.pgid = proc.pid  # start_new_session: the child leads its own session and group
         self._events = events
-        make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget)
+        make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget,
+                                 prefilter=prefilter)
         self._pumps = (
             make(pipe=proc.stdout, stream="stdout", sink=sinks[0]),
             make(pipe=proc.stderr, stream="stderr", sink=sinks[1]),
@@ -188,6 +213,7 @@ class Child:
         cwd: str | os.PathLike[str] | None = None,
         line_cap: int = LINE_CAP,
         byte_budget: int = BYTE_BUDGET,
+        prefilter: Callable[[bytes], bool] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
 
@@ -218,6 +244,7 @@ class Child:
             sinks=(stdout_sink, stderr_sink),
             cap=line_cap,
             budget=byte_budget,
+            prefilter=prefilter,
         )
 
     def _put_line(self, stream: Stream, head: bytes, length: int) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any, TextIO
 
 import structlog
@@ -14,7 +15,7 @@ import structlog
 from sglang_guard.core.redact import redact_text
 
 
-def _redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Mask secrets in every string value before it is rendered."""
     for key, value in event.items():
         if isinstance(value, str):

@@ -33,6 +33,7 @@ from sglang_guard.core.actions import (
 )
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.events import Event, HealthResult, SignalReceived, Tick
+from sglang_guard.core.logline import clean_block
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import GiveUp, GuardError
 from sglang_guard.shell import health, ports
@@ -43,6 +44,7 @@ from sglang_guard.shell.notify import Notifier
 from sglang_guard.shell.proctree import find_orphans, stop_tree
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
+_READY = machine.READY_LINE.encode()
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -153,6 +155,11 @@ class Supervisor:
 
     # -- actions ---------------------------------------------------------------------------
 
+    def _interesting(self, block: bytes) -> bool:
+        """Reader threads ask this per chunk: can any of these lines matter to the machine?"""
+        text = clean_block(block)
+        return _READY in text or self.rt.env.matcher.might_match(text)
+
     def _spawn(self, action: Spawn) -> None:
         if self.child is not None:
             # Its main process is gone, but a member that closed its pipes may still hold
@@ -166,7 +173,7 @@ class Supervisor:
         argv = [*self.rt.launch, *action.argv]
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
-                                 env=self.rt.child_env)
+                                 env=self.rt.child_env, prefilter=self._interesting)
         with contextlib.suppress(OSError):  # only orphan clean-up after a SIGKILLed guard needs it
             self._pidfile.write_text(str(self.child.pgid))
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)

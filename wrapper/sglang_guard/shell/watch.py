@@ -32,10 +32,9 @@ class _Handler(FileSystemEventHandler):
         for attr in ("src_path", "dest_path"):
             raw = getattr(event, attr, "")
             if raw:
-                path = os.fsdecode(raw)
-                self.watcher.touched(os.path.realpath(path) if os.path.exists(path) else
-                                     os.path.join(os.path.realpath(os.path.dirname(path)),
-                                                  os.path.basename(path)))
+                path = Path(os.fsdecode(raw))
+                # A deleted file cannot be resolved: resolve its directory instead.
+                self.watcher.touched(str(path.parent.resolve() / path.name))
 
 
 class FileWatcher:
