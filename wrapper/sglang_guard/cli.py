@@ -69,6 +69,11 @@ def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
     from sglang_guard.shell.configfile import locate, read_guard_config  # noqa: PLC0415
 
     cfg = read_guard_config(locate(config_path, search_defaults=search_defaults))
+    return apply_overrides(cfg, policy, gpu_sm)
+
+
+def apply_overrides(cfg: GuardConfig, policy: str | None, gpu_sm: str | None) -> GuardConfig:
+    """--policy / --gpu-sm over what the guard config says (also after each reload)."""
     if policy:
         cfg = replace(cfg, policy=replace(cfg.policy, default=cast("PolicyMode", policy)))
     if gpu_sm:
@@ -151,9 +156,14 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
 
     cfg = load_config(config_path, policy, gpu_sm)
     logsetup.configure(log_format or cfg.log_format)
+
+    def overrides(fresh: GuardConfig) -> GuardConfig:
+        return apply_overrides(fresh, policy, gpu_sm)
+
     opts = RunOptions(argv=tuple(sglang_args(cfg, args)), python=python,
                       state_dir=state_dir or cfg.state_dir or default_state_dir(),
-                      preflight=not no_preflight)
+                      preflight=not no_preflight, argv_from_config=not args,
+                      overrides=overrides)
     sys.exit(run_guard(cfg, opts))
 
 

@@ -7,7 +7,10 @@ put events; the loop alone decides and acts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from sglang_guard.core.argv import CommandLine
 
 Stream = Literal["stdout", "stderr"]
 
@@ -64,4 +67,13 @@ class FileChanged:
     kind: Literal["guard_config", "sglang_yaml", "rule_pack"]
 
 
-Event = ChildLine | ChildExited | HealthResult | Tick | SignalReceived | FileChanged
+@dataclass(frozen=True, slots=True)
+class CommandChanged:
+    """A reload changed the effective SGLang command line: restart SGLang with `cl`, once."""
+
+    cl: CommandLine
+    reason: str
+
+
+Event = (ChildLine | ChildExited | HealthResult | Tick | SignalReceived | FileChanged
+         | CommandChanged)

@@ -29,6 +29,7 @@ from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.events import (
     ChildExited,
     ChildLine,
+    CommandChanged,
     Event,
     FileChanged,
     HealthResult,
@@ -102,6 +103,8 @@ def step(state: State, event: Event, env: Env, now: float, jitter: float
         return _on_signal(state, event)
     if isinstance(event, FileChanged):
         return state, [Reload(event.kind, event.path)]
+    if isinstance(event, CommandChanged):
+        return _on_command_changed(state, event, env)
     if getattr(event, "gen", state.gen) != state.gen:
         return state, []  # a late event of a launch that is already over
     if isinstance(event, ChildLine):
@@ -142,6 +145,21 @@ def _on_signal(state: State, event: SignalReceived) -> tuple[State, list[Action]
         new, actions = _stop(state, pending, "signal")
         return new, [journal, Notify(status="stopping"), *actions]
     return replace(state, phase="done"), [journal, Exit(EXIT_OK, "stopped by signal")]
+
+
+def _on_command_changed(state: State, event: CommandChanged, env: Env
+                        ) -> tuple[State, list[Action]]:
+    """A config edit changed what SGLang would run: one graceful restart with the new line."""
+    journal = Journal({"event": "restart.planned", "reason": event.reason,
+                       "argv_after": redact_argv(event.cl.argv, env.options)})
+    if state.phase in ("starting", "ready"):
+        new, actions = _stop(state, Pending("restart", cl=event.cl, reason=event.reason),
+                             "config changed")
+        return new, [journal, Notify(status="config changed, restarting"), *actions]
+    pending = state.pending
+    if pending is not None and pending.kind == "restart":  # stopping or in backoff already
+        return replace(state, pending=replace(pending, cl=event.cl)), [journal]
+    return state, []
 
 
 def _ctx(state: State, env: Env) -> MatchContext:

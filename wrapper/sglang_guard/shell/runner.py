@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_guard.core.argv import CommandLine, find_config_path
 from sglang_guard.core.facts import GpuFacts
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
@@ -14,15 +17,20 @@ from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher, RulePack, load_default_pack, parse_pack
-from sglang_guard.errors import ConfigError, GuardError, Refused
-from sglang_guard.shell.configfile import read_guard_config
+from sglang_guard.errors import ConfigError, GuardError, InputError, Refused
 from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.inputs import decide, gather, read_command_line, write_derived
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.reloader import Reloader
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
+from sglang_guard.shell.watch import Kind
 
 LAUNCH_MODULE = ("-m", "sglang.launch_server")
+
+
+def _same(cfg: GuardConfig) -> GuardConfig:
+    return cfg
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +41,10 @@ class RunOptions:
     python: str | None
     state_dir: str
     preflight: bool
+    # The SGLang args came from the guard config (so an edit of it may change them).
+    argv_from_config: bool = False
+    # Re-applies --policy / --gpu-sm to a reloaded guard config.
+    overrides: Callable[[GuardConfig], GuardConfig] = _same
 
 
 def load_packs(cfg: GuardConfig) -> tuple[RulePack, ...]:
@@ -90,8 +102,13 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
         log.error("journal.unavailable", error=str(exc))
         journal = None
     derived_dir = str(Path(opts.state_dir) / "derived")
-    if opts.preflight:
-        inputs = gather(opts.argv, cfg.gpu_sm, isolate=True)
+    facts: dict[str, object] = {"arch": "unknown", "gpu": None}
+
+    def prepare(cfg: GuardConfig, argv: tuple[str, ...]) -> CommandLine:
+        """The command line to run: preflight's, with its derived YAML written."""
+        if not opts.preflight:
+            return read_command_line(argv)
+        inputs = gather(argv, cfg.gpu_sm, isolate=True)
         decision = decide(inputs, cfg.policy, opts.state_dir)
         journal_preflight(journal, decision, inputs.options)
         for finding in decision.findings:
@@ -102,28 +119,49 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
             raise Refused("policy refused the command line: " + "; ".join(
                 f"{f.flag} {f.value}: {f.reason}" for f in refusals))
         write_derived(decision)
-        cl = read_command_line(decision.argv_out, inputs.options)
-        arch, gpu = inputs.model.attention_arch, inputs.gpu
-    else:
-        cl = read_command_line(opts.argv)
-        arch, gpu = "unknown", _gpu_quietly(cfg.gpu_sm)
+        facts["arch"], facts["gpu"] = inputs.model.attention_arch, inputs.gpu
+        return read_command_line(decision.argv_out, inputs.options)
+
+    cl = prepare(cfg, opts.argv)
+    gpu = facts["gpu"] if isinstance(facts["gpu"], GpuFacts) else _gpu_quietly(cfg.gpu_sm)
     prefix = launch_prefix(cfg, opts.python)
     env = Env(options=load_option_table(), matcher=Matcher(load_packs(cfg)), restart=cfg.restart,
-              health=cfg.health, arch=arch, sm=gpu.sm,
+              health=cfg.health, arch=str(facts["arch"]), sm=gpu.sm,
               sglang_version=sglang_version(prefix[0]) if not cfg.sglang.launch else None,
               derived_dir=derived_dir)
-
-    def reload(kind: str, path: str | None) -> Env | str:
-        try:
-            fresh = read_guard_config(cfg.path) if cfg.path else cfg
-            return Env(options=env.options, matcher=Matcher(load_packs(fresh)),
-                       restart=fresh.restart, health=fresh.health, arch=env.arch, sm=env.sm,
-                       sglang_version=env.sglang_version, derived_dir=derived_dir)
-        except GuardError as exc:
-            return str(exc)
-
-    rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env, reload=reload)
+    reloader = Reloader(
+        config_path=cfg.path, overrides=opts.overrides,
+        argv_from_cli=None if opts.argv_from_config else opts.argv,
+        sglang_args=lambda c, argv: argv if argv is not None else config_args(c),
+        preflight=prepare, load_matcher=lambda c: Matcher(load_packs(c)), base=cl, cfg=cfg)
+    rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env,
+                 reload=lambda kind, path: reloader.reload(kind, path, rt.env),
+                 watch=watched_files(cfg, opts.argv))
     return run_supervisor(rt, cl, journal)
+
+
+def config_args(cfg: GuardConfig) -> tuple[str, ...]:
+    """The SGLang arguments the guard config gives (`[sglang] config` and `args`)."""
+    args = list(cfg.sglang.args)
+    if cfg.sglang.config:
+        args = ["--config", cfg.sglang.config, *args]
+    if not args:
+        raise InputError("the guard config gives no SGLang arguments ([sglang] args / config)")
+    return tuple(args)
+
+
+def watched_files(cfg: GuardConfig, argv: tuple[str, ...]) -> dict[str, Kind]:
+    """The guard config, the SGLang YAML that `--config` names, and the extra rule packs."""
+    files: dict[str, Kind] = {}
+    if cfg.path:
+        files[cfg.path] = "guard_config"
+    with contextlib.suppress(GuardError):
+        yaml_path = find_config_path(argv)
+        if yaml_path:
+            files[yaml_path] = "sglang_yaml"
+    for pack in cfg.rules.packs:
+        files[pack] = "rule_pack"
+    return files
 
 
 def _gpu_quietly(gpu_sm: str) -> GpuFacts:

@@ -14,8 +14,8 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -32,7 +32,7 @@ from sglang_guard.core.actions import (
     Stop,
 )
 from sglang_guard.core.argv import CommandLine
-from sglang_guard.core.events import Event, HealthResult, SignalReceived, Tick
+from sglang_guard.core.events import CommandChanged, Event, HealthResult, SignalReceived, Tick
 from sglang_guard.core.logline import clean_block
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import GiveUp, GuardError
@@ -42,6 +42,8 @@ from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
 from sglang_guard.shell.proctree import find_orphans, stop_tree
+from sglang_guard.shell.reloader import ReloadOutcome
+from sglang_guard.shell.watch import FileWatcher, Kind
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
 _READY = machine.READY_LINE.encode()
@@ -55,7 +57,9 @@ class Runtime:
     launch: Sequence[str]  # e.g. [python, "-m", "sglang.launch_server"]
     state_dir: str
     env: machine.Env
-    reload: Callable[[str, str | None], machine.Env | str]  # new Env, or an error line
+    # new Env (no restart), an error line (keep the old), or a full ReloadOutcome
+    reload: Callable[[str, str | None], machine.Env | str | ReloadOutcome]
+    watch: Mapping[str, Kind] = field(default_factory=dict)  # files to watch, and what they are
     stdout: BinaryIO = sys.stdout.buffer
     stderr: BinaryIO = sys.stderr.buffer
     child_env: dict[str, str] | None = None
@@ -88,6 +92,9 @@ class Supervisor:
         forwarder = threading.Thread(target=self._forward_signals, name="signals", daemon=True)
         forwarder.start()
         old = {s: signal.signal(s, self._on_signal) for s in _HANDLED}
+        watcher = FileWatcher(self.events, self.rt.watch) if self.rt.watch else None
+        if watcher is not None:
+            watcher.start()
         try:
             self.state, actions = machine.start(self.state, self.rt.env)
             code = self._act(actions)
@@ -99,6 +106,8 @@ class Supervisor:
                 code = self._act(actions)
             return code
         finally:
+            if watcher is not None:
+                watcher.stop()
             for timer in self._timers:
                 timer.cancel()
             for s, handler in old.items():
@@ -221,12 +230,19 @@ class Supervisor:
         self._notify(Notify(reloading=True, status="reloading"))
         result = self.rt.reload(action.kind, action.path)
         if isinstance(result, str):
-            self._record({"event": "reload.rejected", "kind": action.kind, "error": result})
-            self.log.error("reload.rejected", error=result)
-        else:
-            self.rt.env = result
-            self._record({"event": "reload.applied", "kind": action.kind,
-                          "restart": False, "why": "rule packs and policy apply to new lines"})
+            result = ReloadOutcome(None, None, result, {"event": "reload.rejected",
+                                                        "kind": action.kind, "error": result})
+        elif isinstance(result, machine.Env):
+            result = ReloadOutcome(result, None, None, {
+                "event": "reload.applied", "kind": action.kind, "restart": False,
+                "why": "rule packs and policy apply to new lines"})
+        self._record(result.record)
+        if result.error is not None:
+            self.log.error("reload.rejected", error=result.error)
+        if result.env is not None:
+            self.rt.env = result.env
+        if result.cl is not None:
+            self.events.put(CommandChanged(result.cl, f"{action.kind} changed"))
         ready = self.state.phase == "ready"
         self._notify(Notify(ready=ready, status="ready" if ready else "loading"))
 
