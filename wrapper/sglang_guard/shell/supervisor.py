@@ -83,6 +83,7 @@ class Supervisor:
         # lock); a small thread forwards each signal to the event queue.
         self._signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._pidfile = Path(rt.state_dir) / "child.pgid"
+        self._done = threading.Event()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -92,6 +93,7 @@ class Supervisor:
         forwarder = threading.Thread(target=self._forward_signals, name="signals", daemon=True)
         forwarder.start()
         old = {s: signal.signal(s, self._on_signal) for s in _HANDLED}
+        keepalive = self._start_keepalive()
         watcher = FileWatcher(self.events, self.rt.watch) if self.rt.watch else None
         if watcher is not None:
             watcher.start()
@@ -106,6 +108,9 @@ class Supervisor:
                 code = self._act(actions)
             return code
         finally:
+            self._done.set()
+            if keepalive is not None:
+                keepalive.join()
             if watcher is not None:
                 watcher.stop()
             for timer in self._timers:
@@ -121,6 +126,27 @@ class Supervisor:
             with contextlib.suppress(OSError):  # an unusable state dir was reported already
                 self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
+
+    def _start_keepalive(self) -> threading.Thread | None:
+        """Under a systemd watchdog, ping while SGLang loads or restarts.
+
+        Loading takes minutes and systemd counts from the start; once SGLang is ready, the
+        pings come only from passing /health_generate probes (the machine's Notify), so a
+        hung server is what systemd sees.
+        """
+        usec = os.environ.get("WATCHDOG_USEC", "")
+        if not self.notifier.enabled or not usec.isdigit() or int(usec) <= 0:
+            return None
+        period = int(usec) / 1e6 / 3
+
+        def loop() -> None:
+            while not self._done.wait(period):
+                if self.state.phase != "ready" or not self.rt.env.health.enabled:
+                    self.notifier.send("WATCHDOG=1")
+
+        thread = threading.Thread(target=loop, name="watchdog", daemon=True)
+        thread.start()
+        return thread
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._signals.put(signum)  # only enqueue: the loop acts
