@@ -310,6 +310,8 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
         journal += [a for a in acts if not isinstance(a, Stop)]
     pending = state.pending
     if pending is not None and pending.kind == "exit":
+        if pending.code == EXIT_GIVE_UP:  # every give-up is journaled the same way
+            journal.append(Journal({"event": "give_up", "reason": pending.reason}))
         return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
     if pending is not None and not pending.failure and pending.cl is not None:
         new, actions = _spawn(state, env, pending.cl, pending.reason or "fixed")
