@@ -195,7 +195,11 @@ def _auto_config(
 ) -> tuple[tuple[str, ...], str | None, dict[str, Any], str | None]:
     """Load with AutoConfig (as SGLang's get_config does), apply overrides, read the text config."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    from transformers import AutoConfig, PretrainedConfig  # noqa: PLC0415 - slow import, once
+    try:
+        from transformers import AutoConfig, PretrainedConfig  # noqa: PLC0415 - slow, once
+    except ImportError:
+        raise ModelError("transformers is not installed for this Python: the guard reads model "
+                         "configs with it (pip install 'transformers>=5')") from None
 
     warning = None
     try:
