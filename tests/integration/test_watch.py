@@ -86,3 +86,9 @@ def test_deletion_alone_is_reported(watched: tuple[queue.Queue[Event], Path, Pat
     events, _, yml = watched
     yml.unlink()
     assert _next(events) == FileChanged(str(yml), "sglang_yaml")
+
+
+def test_reading_a_file_is_not_a_change(watched: tuple[queue.Queue[Event], Path, Path]) -> None:
+    events, cfg, yml = watched
+    assert cfg.read_text() and yml.read_bytes()  # what every reload does to these files
+    assert _quiet(events)

@@ -66,7 +66,7 @@ class HealthSection:
 
     enabled: bool = True
     host: str | None = None  # default: SGLang's --host (0.0.0.0 probed as 127.0.0.1)
-    timeout_s: float = 10.0
+    timeout_s: float = 30.0  # SGLang's /health_generate itself may take up to 20 s
     liveness_interval_s: float = 30.0
     liveness_failures: int = 3  # this many failed /health_generate in a row restart SGLang
 

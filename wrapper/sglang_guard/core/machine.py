@@ -290,7 +290,9 @@ def _on_tick(state: State, event: Tick, env: Env) -> tuple[State, list[Action]]:
     if name == "liveness" and state.phase == "ready":
         return state, [Probe(state.gen, "/health_generate")]
     if name == "stable" and state.phase == "ready":
-        return replace(state, attempt=0), [Journal({"event": "stable", "gen": state.gen})]
+        # A long healthy run forgives the past: backoff and the rules' fire budgets restart
+        # (a crash rule may fire again next week without ending in a give-up).
+        return replace(state, attempt=0, fired={}), [Journal({"event": "stable", "gen": state.gen})]
     if name == "settle" and state.tentative is not None and state.phase in ("starting", "ready"):
         fix, line = state.tentative
         return _apply_fix(replace(state, tentative=None), fix, line, env)

@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
@@ -39,6 +40,7 @@ from sglang_guard.shell.proctree import StopReport, stop_tree
 
 READ_CHUNK = 1024 * 1024  # bytes per read: the pipes are widened to this where Linux lets us
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
+PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
 LINE_CAP = 64 * 1024  # bytes of a line kept for matching; the rest is passed through only
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -252,8 +254,12 @@ class Child:
 
     def _reap(self) -> None:
         returncode = self._proc.wait()
+        # Normally the pipes close with the main process. A descendant that keeps them open
+        # (a worker that outlived its parent) must not hide the exit: after PIPE_GRACE_S the
+        # exit is reported anyway and the supervisor stops what is left of the tree.
+        deadline = time.monotonic() + PIPE_GRACE_S
         for pump in self._pumps:
-            pump.reader.join()
+            pump.reader.join(max(0.0, deadline - time.monotonic()))
         self._events.put(ChildExited(self.gen, self.pid, returncode))
 
     def poll(self) -> int | None:

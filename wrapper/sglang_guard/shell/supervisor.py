@@ -35,7 +35,7 @@ from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.events import CommandChanged, Event, HealthResult, SignalReceived, Tick
 from sglang_guard.core.logline import clean_block
 from sglang_guard.core.redact import redact_text
-from sglang_guard.errors import GiveUp, GuardError
+from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.shell import health, ports
 from sglang_guard.shell.child import Child
 from sglang_guard.shell.journal import Journal as JournalFile
@@ -300,10 +300,14 @@ class Supervisor:
             return
         from sglang_guard.core.edits import dump_yaml  # noqa: PLC0415
 
-        derived.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(dump_yaml(cl.yaml_data), encoding="utf-8")
-        tmp.replace(target)
+        try:
+            derived.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(dump_yaml(cl.yaml_data), encoding="utf-8")
+            tmp.replace(target)
+        except OSError as exc:
+            raise ConfigError(str(derived), None, "cannot write the derived SGLang config "
+                              f"({exc.strerror or exc})") from None
 
     def _reap_orphans(self) -> None:
         """A guard that was SIGKILLed left its child's group behind: stop it first."""

@@ -22,6 +22,7 @@ from sglang_guard.core.events import Event, FileChanged
 
 Kind = Literal["guard_config", "sglang_yaml", "rule_pack"]
 DEBOUNCE_S = 0.3
+_READS = frozenset({"opened", "closed_no_write"})
 
 
 class _Handler(FileSystemEventHandler):
@@ -29,6 +30,10 @@ class _Handler(FileSystemEventHandler):
         self.watcher = watcher
 
     def on_any_event(self, event: FileSystemEvent) -> None:
+        # watchdog also reports reads (opened, closed_no_write): the guard reads these very
+        # files on every reload, so counting reads as changes would reload forever.
+        if event.event_type in _READS:
+            return
         for attr in ("src_path", "dest_path"):
             raw = getattr(event, attr, "")
             if raw:
