@@ -145,7 +145,7 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
         args: tuple[str, ...]) -> None:
     """Preflight, then run SGLang and fix its command line when a fatal log line appears.
 
-    Exit status: SGLang's own on a clean stop (0 after SIGTERM/SIGINT), 75 when the guard
+    Exit status: 0 after SIGTERM/SIGINT (SGLang's whole tree stopped first), 75 when the guard
     gives up (crash loop, a fix that did not hold, busy port), 78 when the policy refuses,
     2 for bad usage or input.
     """
