@@ -413,7 +413,10 @@ def test_same_rule_again_without_a_ready_argv_gives_up() -> None:
     run.start()
     run.line("draft backend needs MLA")
     run.exited(1)
-    actions = run.line("draft backend needs MLA")
+    waiting = run.line("draft backend needs MLA")  # a later line of the burst may still fix it
+    assert Schedule("settle", 2, machine.SETTLE_S) in waiting
+    assert not of(waiting, Stop)
+    actions = run.tick("settle")
     planned = record(actions, "give_up.planned")
     assert planned["rule"] == "draft-triton"
     assert "fired again after its fix" in planned["reason"]
@@ -431,16 +434,32 @@ def test_same_rule_again_restores_the_last_argv_that_reached_ready() -> None:
     run.line("draft backend needs MLA")  # after ready: acts at once
     fixed = only(run.exited(1), Spawn).argv
     assert fixed[-2:] == ("--speculative-draft-attention-backend", "triton")
-    actions = run.line("draft backend needs MLA")
+    run.line("draft backend needs MLA")
+    actions = run.tick("settle")
     assert record(actions, "restored")["argv_after"] == ["--model-path", "/m"]
     assert of(actions, Stop) == [Stop(2, "repeat draft-triton")]
     assert only(run.exited(1), Spawn) == Spawn(3, ("--model-path", "/m"))
     # Once more on the restored line: nothing better is left, so give up.
     run.ready()
     run.line("draft backend needs MLA")
-    exit_ = run.exited(1)[-1]
+    exit_ = run.exited(1)[-1]  # the child died inside the settle window: act on it now
     assert isinstance(exit_, Exit)
     assert exit_.code == EXIT_GIVE_UP
+
+
+def test_a_fix_named_later_in_the_burst_wins_over_a_repeat() -> None:
+    run = Run(argv=("--model-path", "/m", "--attention-backend", "fa3"))
+    run.start()
+    run.line("draft backend needs MLA")
+    assert only(run.exited(1), Spawn).argv[-2:] == ("--speculative-draft-attention-backend",
+                                                     "triton")
+    run.line("draft backend needs MLA")  # fired before, nothing left to change: waits
+    actions = run.line("FlashAttention v3 Backend requires SM>=80 and SM<=90")
+    assert record(actions, "remediated")["rule"] == "fa3-sm"
+    assert not any(r.record["event"] in ("restored", "give_up.planned")
+                   for r in of(actions, Journal))
+    spawn = only(run.exited(1), Spawn)
+    assert "--attention-backend" not in spawn.argv
 
 
 def test_multi_flag_rule_with_nothing_left_to_drop_counts_as_a_repeat() -> None:
@@ -448,7 +467,8 @@ def test_multi_flag_rule_with_nothing_left_to_drop_counts_as_a_repeat() -> None:
     run.start()
     run.line("backend pair is bad")
     assert only(run.exited(1), Spawn).argv == ("--model-path", "/m")
-    actions = run.line("backend pair is bad")  # a fire is left, but no flag to drop
+    run.line("backend pair is bad")  # a fire is left, but no flag to drop
+    actions = run.tick("settle")
     assert record(actions, "give_up.planned")["rule"] == "two-flags"
 
 

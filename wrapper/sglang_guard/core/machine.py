@@ -86,7 +86,9 @@ class State:
     attempt: int = 0
     liveness_streak: int = 0
     pending: Pending | None = None
-    tentative: tuple[Fix, str] | None = None  # a low-priority fix waiting out SETTLE_S
+    # What waits out SETTLE_S: a catch-all fix, or the id of a rule that fired again after
+    # its fix; with the line that triggered it.
+    tentative: tuple[Fix | str, str] | None = None
 
 
 def start(state: State, env: Env) -> tuple[State, list[Action]]:
@@ -180,8 +182,13 @@ def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Acti
         # A rule that already fired and now finds nothing left to change (its flag is gone
         # or already has the new value) fired again after its fix: the fix did not hold.
         again = exhausted or _refired(env.matcher, event.text, state.fired)
-        if again:
-            return _repeat(state, again[0].id, event.text, env, actions)
+        if again and (state.tentative is None or isinstance(state.tentative[0], Fix)):
+            # Not at once: a later line of the same burst may still name a fix (torch's OOM
+            # line comes before SGLang's "Capture cuda graph failed", say). A pending
+            # catch-all restart gives way: a fix that did not hold says more than a crash.
+            if state.tentative is None:
+                actions.append(Schedule("settle", state.gen, SETTLE_S))
+            state = replace(state, tentative=(again[0].id, event.text))
         return state, actions
     if fix.rule.priority < 0:  # a catch-all: give the specific line of the same crash a moment
         if state.tentative is None:
@@ -190,6 +197,16 @@ def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Acti
         return state, actions
     new, more = _apply_fix(state, fix, event.text, env)
     return new, actions + more
+
+
+def _settle(state: State, env: Env) -> tuple[State, list[Action]]:
+    """The settle window closed with no better line: act on what was waiting."""
+    assert state.tentative is not None  # noqa: S101 - callers check
+    what, line = state.tentative
+    state = replace(state, tentative=None)
+    if isinstance(what, str):
+        return _repeat(state, what, line, env, [])
+    return _apply_fix(state, what, line, env)
 
 
 def _refired(matcher: Matcher, line: str, fired: Mapping[str, int]) -> tuple[Rule, ...]:
@@ -294,8 +311,7 @@ def _on_tick(state: State, event: Tick, env: Env) -> tuple[State, list[Action]]:
         # (a crash rule may fire again next week without ending in a give-up).
         return replace(state, attempt=0, fired={}), [Journal({"event": "stable", "gen": state.gen})]
     if name == "settle" and state.tentative is not None and state.phase in ("starting", "ready"):
-        fix, line = state.tentative
-        return _apply_fix(replace(state, tentative=None), fix, line, env)
+        return _settle(state, env)
     if name == "ready_timeout" and state.phase == "starting":
         pending = Pending("restart", cl=state.cl, failure=True, reason="not ready in time")
         return _stop(state, pending, "ready timeout")
@@ -307,8 +323,7 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
     journal: list[Action] = [Journal({"event": "child.exit", "gen": event.gen, "pid": event.pid,
                                       "returncode": event.returncode})]
     if state.tentative is not None and state.phase in ("starting", "ready"):
-        fix, line = state.tentative  # the child died before the settle window closed
-        state, acts = _apply_fix(replace(state, tentative=None), fix, line, env)
+        state, acts = _settle(state, env)  # the child died before the settle window closed
         journal += [a for a in acts if not isinstance(a, Stop)]
     pending = state.pending
     if pending is not None and pending.kind == "exit":
