@@ -8,6 +8,8 @@ serving. Guard settings come from SGLANG_GUARD_* variables only.
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -149,3 +151,16 @@ def test_reading_a_watched_file_is_no_change(tmp_path: Path) -> None:
         assert events.get(timeout=5.0) == FileChanged(str(watched), "sglang_yaml")
     finally:
         watcher.stop()
+
+
+@pytest.mark.e2e
+def test_help_is_sglangs_own_plus_the_guard(sglang_python: str) -> None:
+    """`--help` shows SGLang's real help (from the installed SGLang) and a line about the guard."""
+    from sglang_guard.launch_server import GUARD_LINE  # noqa: PLC0415
+
+    out = subprocess.run([sys.executable, "-m", "sglang_guard.launch_server", "--help"],
+                         capture_output=True, text=True, timeout=300, check=False,
+                         env={**os.environ, "SGLANG_GUARD_PYTHON": sglang_python})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "--attention-backend" in out.stdout and "--model-path" in out.stdout
+    assert out.stdout.rstrip().endswith(GUARD_LINE.strip())
