@@ -7,6 +7,7 @@ from pathlib import Path
 
 from sglang_guard.core.guardconfig import GuardConfig, parse_guard_config
 from sglang_guard.errors import ConfigError
+from sglang_guard.shell.files import NotARegularFileError, read_text
 
 SYSTEM_CONFIG = "/etc/sglang-guard/guard.toml"
 
@@ -36,9 +37,9 @@ def read_guard_config(path: str | None) -> GuardConfig:
     if path is None:
         return GuardConfig()
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except IsADirectoryError:
-        raise ConfigError(path, None, "is a directory, not a TOML file") from None
+        text = read_text(path)
+    except NotARegularFileError as exc:
+        raise ConfigError(path, None, f"{exc.strerror}: expected a TOML file") from None
     except FileNotFoundError:
         raise ConfigError(path, None, "file not found") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -18,6 +18,7 @@ from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision, preflight
 from sglang_guard.errors import InputError
+from sglang_guard.shell.files import NotARegularFileError, read_text
 from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.modelprobe import resolve_model
 
@@ -37,9 +38,11 @@ class Inputs:
 def load_yaml(path: str) -> dict[str, Any]:
     """Read an SGLang `--config` YAML the way SGLang does (safe_load, a mapping at the root)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         raise InputError(f"--config {path}: file not found") from None
+    except NotARegularFileError as exc:
+        raise InputError(f"--config {path}: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"--config {path}: cannot read it ({exc})") from None
     try:

@@ -22,6 +22,7 @@ from sglang_guard.core.arch import ArchTable, classify, draft_architectures, loa
 from sglang_guard.core.facts import ModelFacts
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
+from sglang_guard.shell.files import read_bytes
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
@@ -148,7 +149,7 @@ def _read_local_config(local: Path) -> bytes | None:
             return None
         raise ModelError(f"model directory {str(local)!r} has no config.json")
     try:
-        raw = cfg.read_bytes()
+        raw = read_bytes(cfg)
     except OSError as exc:
         raise ModelError(f"cannot read {cfg}: {exc.strerror}") from exc
     try:

@@ -18,6 +18,7 @@ from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher, RulePack, load_default_pack, parse_pack
 from sglang_guard.errors import ConfigError, GuardError, InputError, Refused
+from sglang_guard.shell.files import NotARegularFileError, read_text
 from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.inputs import decide, gather, read_command_line, write_derived
 from sglang_guard.shell.journal import Journal
@@ -52,7 +53,11 @@ def load_packs(cfg: GuardConfig) -> tuple[RulePack, ...]:
     packs = [load_default_pack()] if cfg.rules.default_pack else []
     for path in cfg.rules.packs:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = read_text(path)
+        except FileNotFoundError:
+            raise ConfigError(path, None, "rule pack not found") from None
+        except NotARegularFileError as exc:
+            raise ConfigError(path, None, f"{exc.strerror}: expected a rule pack (TOML)") from None
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(path, None, f"cannot read rule pack ({exc})") from None
         packs.append(parse_pack(text, path))

@@ -7,6 +7,7 @@ events; this loop alone decides (via the pure `core.machine.step`) and acts.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import random
@@ -18,6 +19,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import psutil
 
 from sglang_guard.core import machine
 from sglang_guard.core.actions import (
@@ -43,6 +46,7 @@ from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
 from sglang_guard.shell.proctree import find_orphans, stop_tree
 from sglang_guard.shell.reloader import ReloadOutcome
+from sglang_guard.shell.timers import Timers
 from sglang_guard.shell.watch import FileWatcher, Kind
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
@@ -76,7 +80,7 @@ class Supervisor:
         self.journal = journal
         self.notifier = Notifier()
         self.log = get_logger()
-        self._timers: list[threading.Timer] = []
+        self._timers = Timers(self.events)
         self._stoppers: list[threading.Thread] = []
         # Signal handlers put here: SimpleQueue.put is reentrant, Queue.put is not (a handler
         # runs between two bytecodes of the loop thread, perhaps while it holds the Queue's
@@ -113,8 +117,7 @@ class Supervisor:
                 keepalive.join()
             if watcher is not None:
                 watcher.stop()
-            for timer in self._timers:
-                timer.cancel()
+            self._timers.close()
             for s, handler in old.items():
                 signal.signal(s, handler)
             self._signals.put(None)
@@ -177,10 +180,7 @@ class Supervisor:
         elif isinstance(action, Probe):
             self._probe(action)
         elif isinstance(action, Schedule):
-            timer = threading.Timer(action.delay, self.events.put, [Tick(action.name, action.gen)])
-            timer.daemon = True
-            timer.start()
-            self._timers = [t for t in self._timers if t.is_alive()] + [timer]
+            self._timers.schedule(action.delay, Tick(action.name, action.gen))
         elif isinstance(action, Journal):
             self._record(dict(action.record))
         elif isinstance(action, Notify):
@@ -205,12 +205,13 @@ class Supervisor:
             raise GiveUp(f"port {port} on {host} is in use by another process; SGLang cannot "
                          "bind it (stop that process or pass another --port)")
         self._write_derived()
+        self._timers.forget_before(action.gen)  # the last launch's timers would be ignored
         argv = [*self.rt.launch, *action.argv]
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
                                  env=self.rt.child_env, prefilter=self._interesting)
         with contextlib.suppress(OSError):  # only orphan clean-up after a SIGKILLed guard needs it
-            self._pidfile.write_text(str(self.child.pgid))
+            self._write_pidfile(self.child.pgid, [])
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
     def _stop(self, action: Stop) -> None:
@@ -241,6 +242,8 @@ class Supervisor:
         threading.Thread(target=work, name="probe", daemon=True).start()
 
     def _notify(self, action: Notify) -> None:
+        if action.ready or action.watchdog:
+            self._snapshot_tree()  # at ready and at every passing liveness probe
         fields = []
         if action.reloading:
             fields.append("RELOADING=1")
@@ -309,16 +312,65 @@ class Supervisor:
             raise ConfigError(str(derived), None, "cannot write the derived SGLang config "
                               f"({exc.strerror or exc})") from None
 
-    def _reap_orphans(self) -> None:
-        """A guard that was SIGKILLed left its child's group behind: stop it first."""
-        try:
-            pgid = int(self._pidfile.read_text().strip())
-        except (OSError, ValueError):
+    def _write_pidfile(self, pgid: int, procs: list[tuple[int, float]]) -> None:
+        with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
+            tmp = self._pidfile.with_suffix(".tmp")
+            tmp.write_text(json.dumps({"pgid": pgid, "procs": procs}))
+            tmp.replace(self._pidfile)
+
+    def _snapshot_tree(self) -> None:
+        """Record every process of the child's tree (with its start time, against pid reuse).
+
+        A worker that called setsid() leaves the group; if the guard is then SIGKILLed, only
+        this record lets the next guard find it.
+        """
+        child = self.child
+        if child is None:
             return
+        try:
+            root = psutil.Process(child.pid)
+            procs = [(p.pid, p.create_time()) for p in [root, *root.children(recursive=True)]]
+        except psutil.Error:
+            return
+        self._write_pidfile(child.pgid, procs)
+
+    def _reap_orphans(self) -> None:
+        """A guard that was SIGKILLed left its child's tree behind: stop it first."""
+        try:
+            saved = json.loads(self._pidfile.read_text())
+            pgid, procs = int(saved["pgid"]), [tuple(p) for p in saved.get("procs", [])]
+        except (OSError, ValueError, TypeError, KeyError):
+            return
+        grace = self.rt.env.restart.stop_grace_s
+        record: dict[str, Any] = {"event": "orphans.stopped", "pgid": pgid}
         if pgid != os.getpgrp() and find_orphans(pgid):
-            report = stop_tree(None, pgid, self.rt.env.restart.stop_grace_s)
-            self._record({"event": "orphans.stopped", "pgid": pgid,
-                          "terminated": report.terminated, "killed": report.killed})
+            report = stop_tree(None, pgid, grace)
+            record |= {"terminated": report.terminated, "killed": report.killed}
+        strays = [p for p in map(_same_process, procs) if p is not None]
+        if strays:  # members that left the group (setsid): stopped one by one
+            for proc in strays:
+                with contextlib.suppress(psutil.Error):
+                    proc.terminate()
+            _, alive = psutil.wait_procs(strays, timeout=grace)
+            for proc in alive:
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            psutil.wait_procs(alive, timeout=10)
+            record |= {"outside_group": [p.pid for p in strays]}
+        if len(record) > 2:
+            self._record(record)
+
+
+def _same_process(entry: tuple[Any, ...]) -> psutil.Process | None:
+    """The live (non-zombie) process a pidfile entry names, unless its pid was reused."""
+    pid, started = int(entry[0]), float(entry[1])
+    try:
+        proc = psutil.Process(pid)
+        if abs(proc.create_time() - started) > 0.01 or proc.status() == psutil.STATUS_ZOMBIE:
+            return None
+    except psutil.Error:
+        return None
+    return None if pid == os.getpid() else proc
 
 
 def run_supervisor(rt: Runtime, cl: CommandLine, journal: JournalFile | None) -> int:

@@ -1,0 +1,102 @@
+"""bench/run: the guard against supervisord, circus and cat, in one table.
+
+    bench/run [--json PATH] [--runs 3] [--lines 1000000] [--only pass,reaction,lifecycle]
+
+Each figure is min/median/max over `--runs` runs, and its ratio to the peer measured in the
+same runs (median of the per-run ratios guard/peer). Targets come from the issue; a missed
+target reads MISSED in the table. Progress goes to stderr, the table to stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import lifecycle
+import pass_through
+import peers as peer_env
+import psutil
+import reaction
+from measure import Figure, kill_strays, spread
+
+SECTIONS = ("pass", "reaction", "lifecycle")
+
+
+def machine() -> str:
+    """One line: CPU, cores, memory, kernel, Python, load when the run began."""
+    model = "unknown CPU"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    return (f"{model}; {os.cpu_count()} cores; {psutil.virtual_memory().total / 2**30:.0f} GiB; "
+            f"Linux {platform.release()}; Python {platform.python_version()}; load {load}")
+
+
+def table(figures: list[Figure]) -> str:
+    """The figures as a fixed-width table."""
+    head = ("figure", "unit", "guard min/med/max", "peer min/med/max", "peer", "ratio", "target")
+    rows = [head]
+    for f in figures:
+        ratio = f.ratio()
+        verdict = "" if f.met is None else (" met" if f.met else " MISSED")
+        rows.append((f.name, f.unit, spread(f.guard), spread(f.peer), f.peer_name,
+                     "-" if ratio is None else f"{ratio:.2f}x", (f.target + verdict).strip()))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    notes = [f"  {f.name}: {f.note}" for f in figures if f.note]
+    return "\n".join(lines + (["notes:", *dict.fromkeys(notes)] if notes else []))
+
+
+def main() -> int:
+    """Parse, install the peers, measure, print."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
+    ap.add_argument("--no-crash-loop", action="store_true", help="skip the 45 s/run crash loop")
+    ap.add_argument("--fresh-peers", action="store_true",
+                    help="install the peers into a temp dir instead of the cache")
+    args = ap.parse_args()
+    sections = [s for s in args.only.split(",") if s]
+    if unknown := set(sections) - set(SECTIONS):
+        ap.error(f"unknown sections: {sorted(unknown)} (choose from {SECTIONS})")
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="sglang-guard-bench-") as t:
+        tmp = Path(t)
+        peers = peer_env.ensure(tmp / "peers" if args.fresh_peers else None)
+        header = [f"# sglang-guard bench/run, {time.strftime('%Y-%m-%d %H:%M %Z')}",
+                  f"# machine: {machine()}", f"# peers: {peer_env.versions(peers)}; "
+                  f"{args.runs} runs; ratio = median over runs of guard/peer"]
+        print("\n".join(header), file=sys.stderr)
+        figures: list[Figure] = []
+        try:
+            if "pass" in sections:
+                figures += pass_through.measure(tmp, peers, args.lines, args.runs)
+            if "reaction" in sections:
+                figures += reaction.measure(tmp, peers, args.runs)
+            if "lifecycle" in sections:
+                figures += lifecycle.measure(tmp, peers, args.runs,
+                                             crash_loop=not args.no_crash_loop)
+        finally:
+            kill_strays(str(tmp))  # whatever a failed run left behind
+        elapsed = time.monotonic() - started
+        print("\n".join([*header, f"# took {elapsed:.0f} s", table(figures)]))
+    if args.json:
+        args.json.write_text(json.dumps([f.as_json() for f in figures], indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

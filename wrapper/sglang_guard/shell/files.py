@@ -1,0 +1,41 @@
+"""Reading the user's files without hanging on them.
+
+`Path.read_text()` on a FIFO with no writer blocks forever, and that would freeze the
+supervision loop in the middle of a reload. Files are opened non-blocking, and anything
+that is not a regular file is refused before a byte is read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+_KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
+          stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
+
+
+class NotARegularFileError(OSError):
+    """The path exists but is not a regular file (a directory, a FIFO, a device...)."""
+
+
+def read_bytes(path: str | Path) -> bytes:
+    """The whole file; OSError (NotARegularFileError for the odd kinds) when it cannot be read."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+            raise NotARegularFileError(0, f"is {kind}, not a regular file", str(path))
+        os.set_blocking(fd, True)
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_text(path: str | Path) -> str:
+    """The whole file as UTF-8 text (UnicodeDecodeError for binary content)."""
+    return read_bytes(path).decode("utf-8")
