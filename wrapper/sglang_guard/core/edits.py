@@ -12,8 +12,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import yaml
-
 from sglang_guard.core.argv import CONFIG_FLAG, CommandLine
 from sglang_guard.core.options import OptionTable
 
@@ -42,6 +40,8 @@ class EditResult:
 
 def dump_yaml(data: Mapping[str, Any]) -> str:
     """Stable YAML text (key order kept) for a derived SGLang config."""
+    import yaml  # noqa: PLC0415 - only command lines with --config need it (1 MiB resident)
+
     return yaml.safe_dump(dict(data), sort_keys=False, default_flow_style=False)
 
 

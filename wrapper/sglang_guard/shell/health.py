@@ -1,10 +1,13 @@
-"""GET SGLang's health endpoints (no third-party HTTP client: urllib is enough on loopback)."""
+"""GET SGLang's health endpoints over plain http.client (loopback, one request at a time).
+
+urllib.request would do as well but costs the long-lived guard about a MiB of imports
+(email, ssl helpers) for nothing it needs here.
+"""
 
 from __future__ import annotations
 
 import http.client
-import urllib.error
-import urllib.request
+from urllib.parse import urlsplit
 
 
 def probe_url(host: str, port: int, endpoint: str) -> str:
@@ -19,14 +22,16 @@ def probe_url(host: str, port: int, endpoint: str) -> str:
 
 
 def get(url: str, timeout: float, api_key: str | None = None) -> tuple[bool, str]:
-    """(200?, detail) for one GET."""
-    request = urllib.request.Request(url)  # noqa: S310 - an http:// URL we built
-    if api_key:
-        request.add_header("Authorization", f"Bearer {api_key}")
+    """(200?, detail) for one GET of an http:// URL."""
+    parts = urlsplit(url)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310
-            return resp.status == 200, f"HTTP {resp.status}"
-    except urllib.error.HTTPError as exc:
-        return False, f"HTTP {exc.code}"
-    except (urllib.error.URLError, OSError, http.client.HTTPException) as exc:
+        conn.request("GET", parts.path or "/", headers=headers)
+        resp = conn.getresponse()
+        resp.read()
+        return resp.status == 200, f"HTTP {resp.status}"
+    except (OSError, http.client.HTTPException) as exc:
         return False, f"{type(exc).__name__}: {exc}"
+    finally:
+        conn.close()

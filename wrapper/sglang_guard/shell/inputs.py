@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from sglang_guard.core.argv import CommandLine, find_config_path, parse_command_line
 from sglang_guard.core.compat import CompatTable, load_default_table
 from sglang_guard.core.edits import dump_yaml
@@ -45,6 +43,8 @@ def load_yaml(path: str) -> dict[str, Any]:
         raise InputError(f"--config {path}: {exc.strerror}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"--config {path}: cannot read it ({exc})") from None
+    import yaml  # noqa: PLC0415 - only command lines with --config need it (1 MiB resident)
+
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

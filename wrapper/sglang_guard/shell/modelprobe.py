@@ -14,7 +14,6 @@ import re
 import subprocess
 import sys
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -270,6 +269,8 @@ def _cache_key(raw: bytes, revision: str | None, trust: bool,
 
 
 def _transformers_version() -> str:
+    from importlib import metadata  # noqa: PLC0415 - only needed on a cache lookup
+
     try:
         return metadata.version("transformers")
     except metadata.PackageNotFoundError:
