@@ -82,11 +82,21 @@ def sglang_version(python: str) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def journal_preflight(journal: Journal | None, decision: Decision, table: OptionTable) -> None:
-    """One `remediated` event per preflight change (other findings as `preflight.<action>`)."""
+def journal_preflight(journal: Journal | None, decision: Decision, table: OptionTable,
+                      seen: set[tuple[str, str | None, str, str | None]] | None = None) -> None:
+    """One `remediated` event per preflight change (other findings as `preflight.<action>`).
+
+    `seen` remembers what was journaled already: a reload re-runs preflight on the same
+    command line, and the same fix is not news.
+    """
     if journal is None:
         return
     for f in decision.findings:
+        key = (f.flag, f.value, f.action, f.new_value)
+        if seen is not None:
+            if key in seen:
+                continue
+            seen.add(key)
         event = "remediated" if f.action in ("drop", "rewrite") else f"preflight.{f.action}"
         record = {"event": event,
                   "trigger": "preflight", "rule": f"compat.{f.kind}", "flag": f.flag,
@@ -108,6 +118,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
         journal = None
     derived_dir = str(Path(opts.state_dir) / "derived")
     facts: dict[str, object] = {"arch": "unknown", "gpu": None}
+    journaled: set[tuple[str, str | None, str, str | None]] = set()
 
     def prepare(cfg: GuardConfig, argv: tuple[str, ...]) -> CommandLine:
         """The command line to run: preflight's, with its derived YAML written."""
@@ -115,7 +126,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
             return read_command_line(argv)
         inputs = gather(argv, cfg.gpu_sm, isolate=True)
         decision = decide(inputs, cfg.policy, opts.state_dir)
-        journal_preflight(journal, decision, inputs.options)
+        journal_preflight(journal, decision, inputs.options, journaled)
         for finding in decision.findings:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,
                         action=finding.action, reason=finding.reason)
