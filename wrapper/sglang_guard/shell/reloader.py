@@ -52,6 +52,9 @@ class Reloader:
     load_matcher: Callable[[GuardConfig], Matcher]
     base: CommandLine  # the command line preflight produced last
     cfg: GuardConfig
+    # The model's attention arch and the GPU's SM as the last preflight saw them (a YAML
+    # edit may name another model): the rules' conditions read them.
+    facts: Callable[[], tuple[str, int | None]] | None = None
 
     def reload(self, kind: str, path: str | None, env: Env) -> ReloadOutcome:
         """Validate and apply a change of `kind` ("guard_config", "sglang_yaml", "rule_pack")."""
@@ -73,6 +76,9 @@ class Reloader:
         except GuardError as exc:
             outcome = self._rejected(record, str(exc), env_applied=True)
             return ReloadOutcome(new_env, None, outcome.error, outcome.record)
+        if self.facts is not None:
+            arch, sm = self.facts()
+            new_env = replace(new_env, arch=arch, sm=sm)
         before, after = effective_view(self.base), effective_view(cl)
         if before != after:
             diff = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

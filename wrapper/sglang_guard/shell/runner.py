@@ -149,7 +149,9 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
         config_path=cfg.path, overrides=opts.overrides,
         argv_from_cli=None if opts.argv_from_config else opts.argv,
         sglang_args=lambda c, argv: argv if argv is not None else config_args(c),
-        preflight=prepare, load_matcher=lambda c: Matcher(load_packs(c)), base=cl, cfg=cfg)
+        preflight=prepare, load_matcher=lambda c: Matcher(load_packs(c)), base=cl, cfg=cfg,
+        facts=lambda: (str(facts["arch"]),
+                       facts["gpu"].sm if isinstance(facts["gpu"], GpuFacts) else env.sm))
     rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env,
                  reload=lambda kind, path: reloader.reload(kind, path, rt.env),
                  watch=watched_files(cfg, opts.argv))
