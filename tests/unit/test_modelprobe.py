@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +220,19 @@ def test_parse_overrides(text: str | None, expected: dict[str, Any]) -> None:
 def test_parse_overrides_errors(text: str, needle: str) -> None:
     with pytest.raises(InputError, match=needle):
         parse_overrides(text)
+
+
+def test_unreachable_hub_gives_unknown_quickly_and_quietly(tmp_path: Path) -> None:
+    """Not offline, but the hub cannot be reached: one quick probe, no retry storm."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env |= {"HF_ENDPOINT": "http://127.0.0.1:1", "HF_HOME": str(tmp_path / "hf"),
+            "SGLANG_GUARD_CACHE": str(tmp_path / "cache")}
+    out = subprocess.run([sys.executable, "-m", "sglang_guard", "check", "--json", "--",
+                          "--model-path", "some-org/some-model"],
+                         capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["model"]["attention_arch"] == "unknown"
+    assert any("unreachable" in w for w in report["warnings"])
+    assert "Retrying" not in out.stderr  # huggingface_hub's retry storm (~25 s) never starts

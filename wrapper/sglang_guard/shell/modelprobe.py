@@ -11,11 +11,13 @@ import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
 from sglang_guard.core.facts import ModelFacts
@@ -74,11 +76,11 @@ def resolve_model(
     elif _looks_like_path(path):
         raise ModelError(f"model path {path!r} does not exist")
     else:
-        raw = _hub_config_bytes(path, revision)
+        raw, why = _hub_config_bytes(path, revision)
         if raw is None:
             return ModelFacts(path, (), "unknown", None,
-                              f"cannot resolve hub model {path!r} (offline and not in the local "
-                              "Hugging Face cache): architecture checks skipped")
+                              f"cannot resolve hub model {path!r} ({why}): architecture checks "
+                              "skipped")
     key = _cache_key(raw, revision, trust_remote_code, overrides, is_draft)
     cached = _cache_get(key) if use_cache else None
     if cached is not None:
@@ -161,27 +163,37 @@ def _read_local_config(local: Path) -> bytes | None:
     return raw
 
 
-def _hub_config_bytes(repo_id: str, revision: str | None) -> bytes | None:
-    """config.json of a hub model: from the local cache, or downloaded when SGLang would."""
+def _hub_config_bytes(repo_id: str, revision: str | None) -> tuple[bytes | None, str]:
+    """config.json of a hub model (from the local cache, or downloaded when SGLang would),
+    or None and why not."""
     try:
-        from huggingface_hub import hf_hub_download, try_to_load_from_cache  # noqa: PLC0415
+        from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache  # noqa: PLC0415
         from huggingface_hub.errors import HfHubHTTPError  # noqa: PLC0415
+        from huggingface_hub.utils import logging as hf_logging  # noqa: PLC0415
     except ImportError:
-        return None
+        return None, "huggingface_hub is not installed"
     cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
     if isinstance(cached, str):
-        return Path(cached).read_bytes()
+        return read_bytes(cached), ""
     offline = any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
                   for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
     if offline:
-        return None
+        return None, "offline and not in the local Hugging Face cache"
+    # One quick connection first: huggingface_hub retries a dead network for ~20 s, loudly.
+    endpoint = urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co",
+                                  endpoint.port or 443), timeout=3).close()
+    except OSError:
+        return None, f"{endpoint.hostname} is unreachable and the model is not in the local cache"
     # SGLang would download this model at start; fetching its config.json first is the
     # smallest part of what it would fetch anyway.
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         got = hf_hub_download(repo_id, "config.json", revision=revision, etag_timeout=10)
-    except (OSError, ValueError, HfHubHTTPError):
-        return None
-    return Path(got).read_bytes()
+    except (OSError, ValueError, HfHubHTTPError) as exc:
+        return None, f"download failed: {str(exc).splitlines()[0][:120]}"
+    return read_bytes(got), ""
 
 
 def _auto_config(
