@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -189,8 +188,3 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str
         return
     for m in matches if show_all else matches[:1]:
         click.echo(m.render())
-
-
-def quote(argv: Sequence[str]) -> str:
-    """A command line as a shell would need it typed (for display only)."""
-    return shlex.join(argv)

@@ -33,10 +33,6 @@ class EditResult:
     derived_yaml: dict[str, Any] | None
     derived_path: str | None
 
-    def yaml_text(self) -> str | None:
-        """The derived YAML as it is written to `derived_path`."""
-        return dump_yaml(self.derived_yaml) if self.derived_yaml is not None else None
-
 
 def dump_yaml(data: Mapping[str, Any]) -> str:
     """Stable YAML text (key order kept) for a derived SGLang config."""

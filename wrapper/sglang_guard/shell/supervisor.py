@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -383,8 +383,3 @@ def run_supervisor(rt: Runtime, cl: CommandLine, journal: JournalFile | None) ->
     finally:
         if journal is not None:
             journal.close()
-
-
-def with_env(rt: Runtime, **changes: Any) -> Runtime:
-    """A copy of the runtime with Env fields changed (tests)."""
-    return replace(rt, env=replace(rt.env, **changes))

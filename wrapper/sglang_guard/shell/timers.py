@@ -42,11 +42,6 @@ class Timers:
             self._heap = [entry for entry in self._heap if entry[2].gen >= gen]
             heapq.heapify(self._heap)
 
-    def pending(self) -> int:
-        """How many ticks wait (for tests)."""
-        with self._cond:
-            return len(self._heap)
-
     def close(self) -> None:
         """Stop the thread; pending ticks are dropped."""
         with self._cond:
