@@ -6,13 +6,12 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import click
 
 from sglang_guard import __version__
-from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig, PolicyMode
+from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig, with_overrides
 from sglang_guard.errors import (
     EXIT_INTERNAL,
     EXIT_OK,
@@ -68,25 +67,12 @@ def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
     from sglang_guard.shell.configfile import locate, read_guard_config  # noqa: PLC0415
 
     cfg = read_guard_config(locate(config_path, search_defaults=search_defaults))
-    return apply_overrides(cfg, policy, gpu_sm)
-
-
-def apply_overrides(cfg: GuardConfig, policy: str | None, gpu_sm: str | None) -> GuardConfig:
-    """--policy / --gpu-sm over what the guard config says (also after each reload)."""
-    if policy:
-        cfg = replace(cfg, policy=replace(cfg.policy, default=cast("PolicyMode", policy)))
-    if gpu_sm:
-        cfg = replace(cfg, gpu_sm=gpu_sm)
-    return cfg
+    return with_overrides(cfg, policy, gpu_sm)
 
 
 def sglang_args(cfg: GuardConfig, args: Sequence[str]) -> list[str]:
     """The SGLang arguments: those after `--`, else the guard config's."""
-    if args:
-        return list(args)
-    out = list(cfg.sglang.args)
-    if cfg.sglang.config:
-        out = ["--config", cfg.sglang.config, *out]
+    out = list(args or cfg.sglang_argv())
     if not out:
         raise click.UsageError("no SGLang arguments: give them after `--` or in the guard config")
     return out
@@ -157,7 +143,7 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     logsetup.configure(log_format or cfg.log_format)
 
     def overrides(fresh: GuardConfig) -> GuardConfig:
-        return apply_overrides(fresh, policy, gpu_sm)
+        return with_overrides(fresh, policy, gpu_sm)
 
     opts = RunOptions(argv=tuple(sglang_args(cfg, args)), python=python,
                       state_dir=state_dir or cfg.state_dir or default_state_dir(),

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
-from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig
-from sglang_guard.errors import EXIT_INTERNAL, GuardError, InputError
+from sglang_guard.core.guardconfig import GuardConfig, with_overrides
+from sglang_guard.errors import EXIT_INTERNAL, GuardError
 
 GUARD_LINE = ("\n[sglang-guard] This server runs under sglang-guard: backend flags are checked "
               "against the model and GPU before launch, and fatal log lines are fixed and "
@@ -31,14 +31,9 @@ def guard_config_from_env() -> GuardConfig:
     from sglang_guard.shell.configfile import locate, read_guard_config  # noqa: PLC0415
 
     cfg = read_guard_config(locate(None, search_defaults=True))
-    policy = os.environ.get("SGLANG_GUARD_POLICY")
-    if policy:
-        if policy not in POLICY_MODES:
-            raise InputError(f"SGLANG_GUARD_POLICY={policy!r}: expected one of "
-                             f"{', '.join(POLICY_MODES)}")
-        cfg = replace(cfg, policy=replace(cfg.policy, default=policy))  # type: ignore[arg-type]
-    if os.environ.get("SGLANG_GUARD_GPU_SM"):
-        cfg = replace(cfg, gpu_sm=os.environ["SGLANG_GUARD_GPU_SM"])
+    cfg = with_overrides(cfg, os.environ.get("SGLANG_GUARD_POLICY"),
+                         os.environ.get("SGLANG_GUARD_GPU_SM"),
+                         policy_source="SGLANG_GUARD_POLICY")
     if os.environ.get("SGLANG_GUARD_STATE_DIR"):
         cfg = replace(cfg, state_dir=os.environ["SGLANG_GUARD_STATE_DIR"])
     fmt = os.environ.get("SGLANG_GUARD_LOG_FORMAT")

@@ -10,11 +10,11 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from typing import Any, Literal, get_args
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Literal, cast, get_args
 
 from sglang_guard.core.compat import BACKEND_FLAGS
-from sglang_guard.errors import ConfigError
+from sglang_guard.errors import ConfigError, InputError
 
 PolicyMode = Literal["drop", "rewrite", "fail", "warn"]
 POLICY_MODES: tuple[str, ...] = get_args(PolicyMode)
@@ -92,6 +92,24 @@ class GuardConfig:
     state_dir: str | None = None
     gpu_sm: str = "auto"
     log_format: LogFormat = "auto"
+
+    def sglang_argv(self) -> tuple[str, ...]:
+        """The SGLang arguments this config gives: `--config <[sglang] config>`, then `args`."""
+        head = ("--config", self.sglang.config) if self.sglang.config else ()
+        return (*head, *self.sglang.args)
+
+
+def with_overrides(cfg: GuardConfig, policy: str | None, gpu_sm: str | None,
+                   *, policy_source: str = "--policy") -> GuardConfig:
+    """--policy / --gpu-sm (or their SGLANG_GUARD_* twins) over what the config file says."""
+    if policy:
+        if policy not in POLICY_MODES:
+            raise InputError(f"{policy_source}={policy!r}: expected one of "
+                             f"{', '.join(POLICY_MODES)}")
+        cfg = replace(cfg, policy=replace(cfg.policy, default=cast("PolicyMode", policy)))
+    if gpu_sm:
+        cfg = replace(cfg, gpu_sm=gpu_sm)
+    return cfg
 
 
 def parse_guard_config(text: str, path: str) -> GuardConfig:

@@ -160,12 +160,10 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
 
 def config_args(cfg: GuardConfig) -> tuple[str, ...]:
     """The SGLang arguments the guard config gives (`[sglang] config` and `args`)."""
-    args = list(cfg.sglang.args)
-    if cfg.sglang.config:
-        args = ["--config", cfg.sglang.config, *args]
+    args = cfg.sglang_argv()
     if not args:
         raise InputError("the guard config gives no SGLang arguments ([sglang] args / config)")
-    return tuple(args)
+    return args
 
 
 def watched_files(cfg: GuardConfig, argv: tuple[str, ...]) -> dict[str, Kind]:
