@@ -24,7 +24,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 _VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED}
 
 
-def _guarded(fn: F) -> F:
+def guarded(fn: F) -> F:
     """Run a command body: a GuardError becomes one line on stderr and its exit status."""
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -95,7 +95,7 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option("--state-dir", default=None, help="Where derived SGLang YAML files are named.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@_guarded
+@guarded
 def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as_json: bool,
           state_dir: str | None, args: tuple[str, ...]) -> None:
     """Show what preflight decides for an SGLang command line, without launching.
@@ -124,7 +124,7 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
 @click.option("--no-preflight", is_flag=True, help="Skip preflight: only the log rules act.")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-@_guarded
+@guarded
 def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python: str | None,
         state_dir: str | None, no_preflight: bool, log_format: str | None,
         args: tuple[str, ...]) -> None:
@@ -159,7 +159,7 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
 @click.option("--all", "show_all", is_flag=True,
               help="List every match, not only the first fatal one.")
 @click.argument("logfile", type=click.Path(allow_dash=True, dir_okay=False))
-@_guarded
+@guarded
 def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str) -> None:
     """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix."""
     from sglang_guard.shell.explain import explain_log  # noqa: PLC0415

@@ -17,8 +17,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 
+from sglang_guard.cli import guarded
 from sglang_guard.core.guardconfig import GuardConfig, with_overrides
-from sglang_guard.errors import EXIT_INTERNAL, GuardError
 
 GUARD_LINE = ("\n[sglang-guard] This server runs under sglang-guard: backend flags are checked "
               "against the model and GPU before launch, and fatal log lines are fixed and "
@@ -66,27 +66,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
         sys.exit(show_help())
-    try:
-        from sglang_guard.shell import logsetup  # noqa: PLC0415
-        from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
-        from sglang_guard.shell.runner import RunOptions, run  # noqa: PLC0415
+    _launch(args)
 
-        cfg = guard_config_from_env()
-        logsetup.configure(cfg.log_format)
-        opts = RunOptions(argv=tuple(args), python=_python(),
-                          state_dir=cfg.state_dir or default_state_dir(),
-                          preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
-        sys.exit(run(cfg, opts))
-    except GuardError as exc:
-        sys.stderr.write(f"sglang-guard: error: {exc}\n")
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except Exception as exc:  # a bug: one line unless debugging is asked for
-        if os.environ.get("SGLANG_GUARD_DEBUG"):
-            raise
-        sys.stderr.write(f"sglang-guard: internal error: {type(exc).__name__}: {exc}\n")
-        sys.exit(EXIT_INTERNAL)
+
+@guarded
+def _launch(args: list[str]) -> None:
+    from sglang_guard.shell import logsetup  # noqa: PLC0415
+    from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
+    from sglang_guard.shell.runner import RunOptions, run  # noqa: PLC0415
+
+    cfg = guard_config_from_env()
+    logsetup.configure(cfg.log_format)
+    opts = RunOptions(argv=tuple(args), python=_python(),
+                      state_dir=cfg.state_dir or default_state_dir(),
+                      preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
+    sys.exit(run(cfg, opts))
 
 
 if __name__ == "__main__":
