@@ -1,8 +1,10 @@
-"""Reading the user's files without hanging on them.
+"""Reading the user's files without hanging on them, and writing the guard's own atomically.
 
 `Path.read_text()` on a FIFO with no writer blocks forever, and that would freeze the
 supervision loop in the middle of a reload. Files are opened non-blocking, and anything
-that is not a regular file is refused before a byte is read.
+that is not a regular file is refused before a byte is read. The guard's own files (derived
+SGLang YAMLs, the facts cache, the pidfile) are written to a temporary name and renamed, so
+a reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -39,3 +41,12 @@ def read_bytes(path: str | Path) -> bytes:
 def read_text(path: str | Path) -> str:
     """The whole file as UTF-8 text (UnicodeDecodeError for binary content)."""
     return read_bytes(path).decode("utf-8")
+
+
+def write_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` via a temporary file and a rename (parents created); OSError."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(target)

@@ -16,7 +16,7 @@ from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision, preflight
 from sglang_guard.errors import InputError
-from sglang_guard.shell.files import NotARegularFileError, read_text
+from sglang_guard.shell.files import NotARegularFileError, read_text, write_atomic
 from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.modelprobe import resolve_model
 
@@ -111,10 +111,7 @@ def write_derived(decision: Decision) -> None:
         return
     target = Path(decision.derived_path)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(dump_yaml(decision.derived_yaml), encoding="utf-8")
-        tmp.replace(target)
+        write_atomic(target, dump_yaml(decision.derived_yaml))
     except OSError as exc:
         raise InputError(
             f"cannot write the derived SGLang config {target}: {exc.strerror}"

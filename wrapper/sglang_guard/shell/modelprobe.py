@@ -7,6 +7,7 @@ so a second `check` does not pay for importing transformers.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from sglang_guard.core.arch import ArchTable, classify, draft_architectures, loa
 from sglang_guard.core.facts import ModelFacts
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
-from sglang_guard.shell.files import read_bytes
+from sglang_guard.shell.files import read_bytes, write_atomic
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
@@ -301,14 +302,8 @@ def _cache_put(key: str, facts: ModelFacts) -> None:
     body = json.dumps({"architectures": list(facts.architectures),
                        "attention_arch": facts.attention_arch,
                        "model_type": facts.model_type, "warning": facts.warning})
-    target = cache_dir() / f"{key}.json"
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(body, encoding="utf-8")
-        tmp.replace(target)
-    except OSError:
-        pass  # a cache that cannot be written only costs time
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
+        write_atomic(cache_dir() / f"{key}.json", body)
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.shell import health, ports
 from sglang_guard.shell.child import Child
+from sglang_guard.shell.files import write_atomic
 from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
@@ -304,19 +305,14 @@ class Supervisor:
         from sglang_guard.core.edits import dump_yaml  # noqa: PLC0415
 
         try:
-            derived.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(dump_yaml(cl.yaml_data), encoding="utf-8")
-            tmp.replace(target)
+            write_atomic(target, dump_yaml(cl.yaml_data))
         except OSError as exc:
             raise ConfigError(str(derived), None, "cannot write the derived SGLang config "
                               f"({exc.strerror or exc})") from None
 
     def _write_pidfile(self, pgid: int, procs: list[tuple[int, float]]) -> None:
         with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
-            tmp = self._pidfile.with_suffix(".tmp")
-            tmp.write_text(json.dumps({"pgid": pgid, "procs": procs}))
-            tmp.replace(self._pidfile)
+            write_atomic(self._pidfile, json.dumps({"pgid": pgid, "procs": procs}))
 
     def _snapshot_tree(self) -> None:
         """Record every process of the child's tree (with its start time, against pid reuse).
