@@ -66,7 +66,6 @@ def resolve_model(
     long-running supervisor never carries transformers in its memory.
     """
     overrides = parse_overrides(override_args)
-    table = load_default_arch_table()
     local = Path(path).expanduser()
     if local.exists():
         raw = _read_local_config(local)
@@ -89,6 +88,7 @@ def resolve_model(
                           cached["model_type"], cached["warning"])
     if isolate:
         return _resolve_in_subprocess(path, revision, trust_remote_code, override_args, is_draft)
+    table = load_default_arch_table()  # parsed only on a miss: the cache key covers its text
     archs, model_type, fields, warning = _auto_config(
         path, raw, revision=revision, trust_remote_code=trust_remote_code,
         overrides=overrides, table=table,
