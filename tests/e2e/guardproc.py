@@ -32,7 +32,7 @@ import psutil
 
 from sglang_guard.shell.journal import read_journal
 
-from .server import CPU_FLAGS
+from .server import CPU_FLAGS, pgid_members
 
 POLL_S = 0.25
 Record = dict[str, Any]
@@ -80,16 +80,6 @@ def http_status(port: int, path: str = "/health") -> int:
         return int(exc.code)
     except OSError:
         return 0
-
-
-def pgid_members(pgid: int) -> list[psutil.Process]:
-    """Live, non-zombie processes of process group `pgid`."""
-    found = []
-    for proc in psutil.process_iter():
-        with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-    return found
 
 
 def alive(procs: Sequence[psutil.Process]) -> list[psutil.Process]:

@@ -131,7 +131,7 @@ class Server:
 
     def stop(self, grace: float = 30) -> int | None:
         """TERM the group, KILL it after `grace` s; assert nothing of it survives."""
-        group = _members(self.pgid)
+        group = pgid_members(self.pgid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pgid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -140,7 +140,7 @@ class Server:
             os.killpg(self.pgid, signal.SIGKILL)
         self.proc.wait(timeout=10)
         # Children may outlive the main process for a moment; wait for them, by pid.
-        _, alive = psutil.wait_procs([*group, *_members(self.pgid)], timeout=10)
+        _, alive = psutil.wait_procs([*group, *pgid_members(self.pgid)], timeout=10)
         self._reader.join(timeout=10)
         self._log.close()
         if alive:
@@ -149,8 +149,8 @@ class Server:
         return self.proc.returncode
 
 
-def _members(pgid: int) -> list[psutil.Process]:
-    """Live processes whose process group is `pgid`."""
+def pgid_members(pgid: int) -> list[psutil.Process]:
+    """Live, non-zombie processes of process group `pgid`."""
     found = []
     for proc in psutil.process_iter():
         with contextlib.suppress(psutil.Error, ProcessLookupError):
