@@ -79,6 +79,48 @@ class RulesSection:
     packs: tuple[str, ...] = ()
 
 
+# The guard's own HTTP port (/metrics, /livez, /readyz, /startupz, /status): SGLang's default
+# is 30000 and its internal ports land above it, so the guard's sits well away from both.
+DEFAULT_STATUS_PORT = 9488
+DEFAULT_STATUS_LISTEN = f"127.0.0.1:{DEFAULT_STATUS_PORT}"
+TERMINATION_LOG = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
+_LISTEN = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]*)):(?P<port>\d{1,5})$")
+_OFF = ("", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSection:
+    """The guard's own HTTP port: metrics and probes, up before preflight."""
+
+    listen: str = DEFAULT_STATUS_LISTEN  # HOST:PORT, [V6]:PORT, or "off"
+    allow_remote: bool = False  # a HOST other than loopback needs this set
+    termination_log: str = TERMINATION_LOG  # "" turns it off
+
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) to bind, None when off; `listen` was validated on the way in."""
+        return parse_listen(self.listen, allow_remote=True)
+
+
+def parse_listen(text: str, *, allow_remote: bool) -> tuple[str, int] | None:
+    """`HOST:PORT` as (host, port), None for "off"; ValueError says what is wrong."""
+    if text.strip().lower() in _OFF:
+        return None
+    m = _LISTEN.match(text.strip())
+    if m is None or not 0 < int(m["port"]) < 65536:
+        raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_STATUS_LISTEN}) or \"off\", "
+                         f"got {text!r}")
+    host = m["v6"] or m["host"] or "0.0.0.0"  # noqa: S104 - ":9488" means every address
+    if not allow_remote and not _loopback(host):
+        raise ValueError(f"{host} is not a loopback address: the status port shows the "
+                         "command line and counts to anyone who can reach it; set "
+                         "status.allow_remote = true to bind it")
+    return host, int(m["port"])
+
+
+def _loopback(host: str) -> bool:
+    return host in {"localhost", "::1"} or host.startswith("127.")
+
+
 @dataclass(frozen=True, slots=True)
 class GuardConfig:
     """The whole guard config; every section has defaults, so an empty file is valid."""
@@ -89,6 +131,7 @@ class GuardConfig:
     restart: RestartSection = field(default_factory=RestartSection)
     health: HealthSection = field(default_factory=HealthSection)
     rules: RulesSection = field(default_factory=RulesSection)
+    status: StatusSection = field(default_factory=StatusSection)
     state_dir: str | None = None
     gpu_sm: str = "auto"
     log_format: LogFormat = "auto"
@@ -118,7 +161,8 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, f"not valid TOML: {exc}") from exc
-    allowed = {"sglang", "policy", "restart", "health", "rules", "state", "gpu", "log"}
+    allowed = {"sglang", "policy", "restart", "health", "rules", "state", "gpu", "log",
+               "status"}
     _no_unknown(path, "", data, allowed)
     return GuardConfig(
         path=path,
@@ -127,11 +171,20 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
         restart=_section(path, "restart", data, RestartSection),
         health=_section(path, "health", data, HealthSection),
         rules=_section(path, "rules", data, RulesSection),
+        status=_status(path, _section(path, "status", data, StatusSection)),
         state_dir=_typed(path, "state.dir", _leaf(path, "state", data, "dir"), (str, type(None))),
         gpu_sm=_gpu_sm(path, _leaf(path, "gpu", data, "sm", "auto")),
         log_format=_choice(path, "log.format", _leaf(path, "log", data, "format", "auto"),
                            ("auto", "json", "console")),
     )
+
+
+def _status(path: str, status: StatusSection) -> StatusSection:
+    try:
+        parse_listen(status.listen, allow_remote=status.allow_remote)
+    except ValueError as exc:
+        raise ConfigError(path, "status.listen", str(exc)) from None
+    return status
 
 
 def _leaf(path: str, name: str, data: Mapping[str, Any], key: str, default: Any = None) -> Any:

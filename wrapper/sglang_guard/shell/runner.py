@@ -23,6 +23,7 @@ from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.inputs import decide, gather, read_command_line, write_derived
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.reloader import Reloader
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
@@ -46,6 +47,7 @@ class RunOptions:
     argv_from_config: bool = False
     # Re-applies --policy / --gpu-sm to a reloaded guard config.
     overrides: Callable[[GuardConfig], GuardConfig] = _same
+    observer: Observer = NO_OBSERVER  # the status port's hooks (shell/status.py)
 
 
 def load_packs(cfg: GuardConfig) -> tuple[RulePack, ...]:
@@ -83,14 +85,13 @@ def sglang_version(python: str) -> str | None:
 
 
 def journal_preflight(journal: Journal | None, decision: Decision, table: OptionTable,
-                      seen: set[tuple[str, str | None, str, str | None]] | None = None) -> None:
+                      seen: set[tuple[str, str | None, str, str | None]] | None = None,
+                      observer: Observer = NO_OBSERVER) -> None:
     """One `remediated` event per preflight change (other findings as `preflight.<action>`).
 
     `seen` remembers what was journaled already: a reload re-runs preflight on the same
-    command line, and the same fix is not news.
+    command line, and the same fix is not news. The observer sees each record too.
     """
-    if journal is None:
-        return
     for f in decision.findings:
         key = (f.flag, f.value, f.action, f.new_value)
         if seen is not None:
@@ -104,7 +105,9 @@ def journal_preflight(journal: Journal | None, decision: Decision, table: Option
                   "reason": f.reason,
                   "argv_before": redact_argv(decision.argv_in, table),
                   "argv_after": redact_argv(decision.argv_out, table)}
-        journal.write(record)
+        observer.record(record)
+        if journal is not None:
+            journal.write(record)
 
 
 def run(cfg: GuardConfig, opts: RunOptions) -> int:
@@ -126,7 +129,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
             return read_command_line(argv)
         inputs = gather(argv, cfg.gpu_sm, isolate=True)
         decision = decide(inputs, cfg.policy, opts.state_dir)
-        journal_preflight(journal, decision, inputs.options, journaled)
+        journal_preflight(journal, decision, inputs.options, journaled, opts.observer)
         for finding in decision.findings:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,
                         action=finding.action, reason=finding.reason)
@@ -143,7 +146,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     prefix = launch_prefix(cfg, opts.python)
     env = Env(options=load_option_table(), matcher=Matcher(load_packs(cfg)), restart=cfg.restart,
               health=cfg.health, arch=str(facts["arch"]), sm=gpu.sm,
-              sglang_version=sglang_version(prefix[0]) if not cfg.sglang.launch else None,
+              sglang_version=_version_of(cfg, prefix),
               derived_dir=derived_dir)
     reloader = Reloader(
         config_path=cfg.path, overrides=opts.overrides,
@@ -154,7 +157,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                        facts["gpu"].sm if isinstance(facts["gpu"], GpuFacts) else env.sm))
     rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env,
                  reload=lambda kind, path: reloader.reload(kind, path, rt.env),
-                 watch=watched_files(cfg, opts.argv))
+                 watch=watched_files(cfg, opts.argv), observer=opts.observer)
     return run_supervisor(rt, cl, journal)
 
 
@@ -178,6 +181,12 @@ def watched_files(cfg: GuardConfig, argv: tuple[str, ...]) -> dict[str, Kind]:
     for pack in cfg.rules.packs:
         files[pack] = "rule_pack"
     return files
+
+
+def _version_of(cfg: GuardConfig, prefix: list[str]) -> str | None:
+    """SGLang's version: asked of the interpreter (a `launch` command needs `python` set)."""
+    python = cfg.sglang.python if cfg.sglang.launch else prefix[0]
+    return sglang_version(python) if python else None
 
 
 def _gpu_quietly(gpu_sm: str) -> GpuFacts:
