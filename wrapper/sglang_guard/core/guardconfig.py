@@ -106,7 +106,7 @@ def parse_listen(text: str, *, allow_remote: bool) -> tuple[str, int] | None:
     if text.strip().lower() in _OFF:
         return None
     m = _LISTEN.match(text.strip())
-    if m is None or not 0 < int(m["port"]) < 65536:
+    if m is None or not 0 <= int(m["port"]) < 65536:  # 0: any free port (it is logged)
         raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_STATUS_LISTEN}) or \"off\", "
                          f"got {text!r}")
     host = m["v6"] or m["host"] or "0.0.0.0"  # noqa: S104 - ":9488" means every address

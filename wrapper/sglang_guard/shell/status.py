@@ -55,6 +55,7 @@ class StatusBoard:
         self._matcher: object = None
         self._version: str | None = None
         self._steps = 0
+        self.address: tuple[str, int] | None = None  # where the port listens, once it does
 
     # -- the loop's hooks (shell.observer.Observer) ------------------------------------------
 
@@ -217,7 +218,8 @@ def start(board: StatusBoard, section: StatusSection) -> StatusServer | None:
         get_logger().error("status.unavailable", listen=f"{where[0]}:{where[1]}",
                            error=exc.strerror or str(exc))
         return None
-    get_logger().info("status.listening", host=server.address[0], port=server.address[1])
+    board.address = (str(server.address[0]), int(server.address[1]))
+    get_logger().info("status.listening", host=board.address[0], port=board.address[1])
     return server
 
 
