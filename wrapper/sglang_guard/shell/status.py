@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from sglang_guard.shell.runner import RunOptions
 
 PATHS = ("/metrics", "/livez", "/readyz", "/startupz", "/status")
+# Which Kubernetes probe goes to which path (deploy/kubernetes/ and the README use these).
+PROBES = {"startupProbe": "/startupz", "readinessProbe": "/readyz", "livenessProbe": "/livez"}
 LIVEZ_TICK = "status.livez"  # a Tick no launch owns: the machine ignores it, the loop takes it
 LIVEZ_WAIT_S = 5.0
 TERMINATION_MAX = 4096  # what Kubernetes keeps of a termination message
