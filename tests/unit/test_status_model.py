@@ -163,3 +163,16 @@ def test_ipv6_loopback_and_off() -> None:
     assert parse_listen("off", allow_remote=False) is None
     with pytest.raises(ConfigError, match=r"status\.listen"):
         parse_guard_config("[status]\nlisten = 9488\n", "g.toml")
+
+
+def test_the_example_config_and_the_systemd_env_document_the_status_port() -> None:
+    from pathlib import Path  # noqa: PLC0415
+
+    from sglang_guard.shell.status import ENV_ALLOW_REMOTE, ENV_LISTEN  # noqa: PLC0415
+
+    root = Path(__file__).resolve().parents[2]
+    example = parse_guard_config((root / "configs/guard.example.toml").read_text(), "example")
+    assert example.status == StatusSection()  # every key, with its default
+    env = (root / "systemd/sglang-guard.env.example").read_text()
+    assert f"{ENV_LISTEN}={StatusSection().listen}" in env
+    assert ENV_ALLOW_REMOTE in env
