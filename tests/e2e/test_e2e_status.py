@@ -13,6 +13,8 @@ import json
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -163,7 +165,11 @@ def test_preflight_fix_is_counted_and_the_port_answers_during_preflight(
 
     with guard_process(cmd, state_dir=state, log_path=tmp_path / "guard.log",
                        env=_status_env(status_port)) as guard:
-        guard.wait_until("the status port", answered, 60)
+        tick = threading.Event()  # never set: a 10 ms poll, tighter than guard.wait_until's
+        deadline = time.monotonic() + 60
+        while not answered() and time.monotonic() < deadline and guard.proc.poll() is None:
+            tick.wait(0.01)
+        assert phases, f"the status port never answered; {guard.describe()}"
         assert phases[-1] == "preflight", phases  # up before SGLang was launched
         guard.wait_event("ready", READY_S)
         m = scrape(status_port)

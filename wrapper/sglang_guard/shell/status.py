@@ -14,7 +14,7 @@ import queue
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -27,13 +27,13 @@ from sglang_guard.core.guardconfig import TERMINATION_LOG, StatusSection, parse_
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import EXIT_GIVE_UP, GuardError, InputError, Refused
 from sglang_guard.shell.logsetup import get_logger
-from sglang_guard.shell.metrics import CONTENT_TYPE, Metrics
 
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
     from sglang_guard.core.events import Event
     from sglang_guard.core.guardconfig import GuardConfig
     from sglang_guard.core.machine import Env, State
+    from sglang_guard.shell.metrics import Metrics
     from sglang_guard.shell.runner import RunOptions
 
 PATHS = ("/metrics", "/livez", "/readyz", "/startupz", "/status")
@@ -46,13 +46,30 @@ ENV_LISTEN = "SGLANG_GUARD_STATUS_LISTEN"
 ENV_ALLOW_REMOTE = "SGLANG_GUARD_STATUS_ALLOW_REMOTE"
 
 
+class _NoMetrics:
+    """The metrics of a guard whose status port is off: prometheus-client is not imported."""
+
+    def known_remediations(self, labels: Iterable[tuple[str, str, str, str]]) -> None:
+        """Ignore."""
+
+    def count(self, counts: model.Counts) -> None:
+        """Ignore."""
+
+    def show(self, snap: model.Snapshot) -> None:
+        """Ignore."""
+
+
 class StatusBoard:
     """The observer the loop calls; the HTTP threads read what it holds."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, metrics: bool = True) -> None:
         self._lock = threading.Condition()
         self._snap = model.Snapshot(since=time.monotonic())
-        self.metrics = Metrics(self._phase_seconds)
+        self.metrics: Metrics | _NoMetrics = _NoMetrics()
+        if metrics:
+            from sglang_guard.shell.metrics import Metrics  # noqa: PLC0415 - only when served
+
+            self.metrics = Metrics(self._phase_seconds)
         self._events: queue.Queue[Event] | None = None
         self._matcher: object = None
         self._version: str | None = None
@@ -146,7 +163,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         board = self.board
-        if path == "/metrics":
+        if path == "/metrics" and not isinstance(board.metrics, _NoMetrics):
+            from sglang_guard.shell.metrics import CONTENT_TYPE  # noqa: PLC0415
+
             self._send(200, board.metrics.exposition(), CONTENT_TYPE)
         elif path == "/status":
             self._send(200, json.dumps(board.document(), default=str).encode(),
@@ -209,9 +228,8 @@ def address(section: StatusSection) -> tuple[str, int] | None:
         raise InputError(f"${ENV_LISTEN}: {exc}") from None
 
 
-def start(board: StatusBoard, section: StatusSection) -> StatusServer | None:
-    """Serve `board` where the config says; a port in use is logged, not fatal."""
-    where = address(section)
+def start(board: StatusBoard, where: tuple[str, int] | None) -> StatusServer | None:
+    """Serve `board` at `where`; a port in use is logged, not fatal."""
     if where is None:
         return None
     try:
@@ -245,8 +263,10 @@ def termination_message(path: str, line: str) -> None:
 @contextlib.contextmanager
 def serving(section: StatusSection) -> Iterator[StatusBoard]:
     """The status port for one guard run; the termination message when it ends in a give-up."""
-    board = StatusBoard()
-    server = start(board, section)
+    where = address(section)
+    # Off: the snapshot is still kept (for the termination message), the metrics are not.
+    board = StatusBoard(metrics=where is not None)
+    server = start(board, where)
     try:
         yield board
     except GuardError as exc:
