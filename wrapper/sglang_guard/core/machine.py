@@ -179,7 +179,7 @@ def _on_command_changed(state: State, event: CommandChanged, env: Env
 
 
 def _ctx(state: State, env: Env) -> MatchContext:
-    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version)
+    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version, env.options)
 
 
 def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Action]]:
