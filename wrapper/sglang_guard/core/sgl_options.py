@@ -430,8 +430,9 @@ def _is_list(node: ast.expr) -> bool:
     return isinstance(node, ast.Name) and node.id in ("list", "List")
 
 
-def option_dump(read: Reader, version: str) -> dict[str, Any]:
-    """The release's option table, in the argparse dump's format, plus what was not seen."""
+def option_dump(read: Reader, version: str) -> tuple[dict[str, Any], list[Registered]]:
+    """The release's option table in the argparse dump's format (plus what was not seen),
+    and the registrations with their help text and file:line."""
     reader = OptionReader(read)
     options = reader.read()
     return {
@@ -452,3 +453,24 @@ def option_dump(read: Reader, version: str) -> dict[str, Any]:
         "unordered_choices": [o.dest for o in options if o.unordered],
         "notes": list(dict.fromkeys(reader.ev.notes)),
     }, options
+
+
+def deprecations(options: list[Registered]) -> dict[str, str]:
+    """Option -> SGLang's deprecation note and where it is, for options still accepted."""
+    out = {}
+    for o in options:
+        if "eprecat" in o.help or o.action.startswith("Deprecated"):
+            out[o.strings[0]] = f"{' '.join(o.help.split())[:240]} ({o.where})"
+    return out
+
+
+def release_table(read: Reader, version: str) -> tuple[dict[str, Any], list[Registered]]:
+    """Everything shipped for one release: option table, arch lists, deprecations, notes."""
+    from sglang_guard.core.sgl_arch import arch_lists  # noqa: PLC0415 - one-way dependency
+
+    table, options = option_dump(read, version)
+    arch = arch_lists(read)
+    arch.pop("lines", None)
+    table["arch"] = arch
+    table["deprecated"] = deprecations(options)
+    return table, options
