@@ -8,7 +8,6 @@ writes it from the wheels; `encode_chain` / `decode_chain` are the two halves, k
 
 from __future__ import annotations
 
-import difflib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -51,6 +50,7 @@ class ReleaseTables:
     arch: ArchLists
     deprecated: Mapping[str, str]  # option string -> SGLang's own deprecation note
     notes: tuple[str, ...]  # what the static reader could not see, file:line
+    origin: str = "shipped"  # shipped | nearest (an older shipped table) | derived (its source)
 
 
 def _key(entry: Mapping[str, Any]) -> str:
@@ -59,6 +59,8 @@ def _key(entry: Mapping[str, Any]) -> str:
 
 def encode_ops(newer: Sequence[Mapping[str, Any]], older: Sequence[Mapping[str, Any]]) -> list[Any]:
     """The edit script turning `newer`'s option list into `older`'s."""
+    import difflib  # noqa: PLC0415 - only the table generator needs it (22 ms to import)
+
     a = [json.dumps(o, sort_keys=True) for o in newer]
     b = [json.dumps(o, sort_keys=True) for o in older]
     ops: list[Any] = []
@@ -137,7 +139,9 @@ def nearest_release(version: str, known: Sequence[str]) -> str | None:
     return max(older, key=Version) if older else None
 
 
-def build_release(table: Mapping[str, Any], requested: str, path: str) -> ReleaseTables:
+def build_release(
+    table: Mapping[str, Any], requested: str, path: str, origin: str | None = None
+) -> ReleaseTables:
     """ReleaseTables from one decoded table."""
     options = parse_table(table, path)
     choices = {
@@ -162,6 +166,7 @@ def build_release(table: Mapping[str, Any], requested: str, path: str) -> Releas
         ),
         deprecated={k: str(v) for k, v in (table.get("deprecated") or {}).items()},
         notes=tuple(table.get("notes", ())),
+        origin=origin or ("shipped" if requested == options.sglang_version else "nearest"),
     )
 
 
