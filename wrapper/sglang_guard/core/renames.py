@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from packaging.version import Version
@@ -61,6 +61,7 @@ class RenameFinding:
     reason: str
     source: str
     index: int  # cli index of the option token, -1 for YAML
+    count: int = 1  # argv tokens the old spelling spans (2 when its value is the next token)
 
 
 def successor_from_note(note: str) -> tuple[str, str | None] | None:
@@ -150,24 +151,30 @@ def rename_findings(
     by_successor = {r.successor: r for r in renames if r.successor and r.value is None}
     out: list[RenameFinding] = []
     for occ in cmd.occurrences:
-        flag = occ.option
+        flag, value, count = occ.option, occ.value, max(occ.count, 1)
+        if occ.spec is None and "=" in flag:
+            flag, value = flag.split("=", 1)
         if table.lookup(flag).kind == "exact":
             continue
-        value = occ.value
-        if value is None and occ.spec is None and occ.origin == "cli":
+        if occ.origin == "yaml":
+            count = 0
+        elif value is None and occ.spec is None:
             nxt = occ.index + 1
             if nxt < len(cmd.argv) and not cmd.argv[nxt].startswith("-"):
-                value = cmd.argv[nxt]
+                value, count = cmd.argv[nxt], 2
         hits = [r for r in by_flag.get(flag, ()) if _applies(r, release)]
         if hits:
-            out.append(_forward(hits[-1], flag, value, table, occ.index, renames))
+            found = _forward(hits[-1], flag, value, table, occ.index, renames)
+            if not hits[-1].takes_value and count == 2 and occ.spec is None:
+                count, found = 1, _forward(hits[-1], flag, None, table, occ.index, renames)
+            out.append(replace(found, count=count))
             continue
         back = by_successor.get(flag)
         if back is not None and not _applies(back, release) and back.flag in table.by_string:
             out.append(RenameFinding(
                 flag, value, "rename", back.flag, value, back.removed_in,
                 f"{flag} exists only from SGLang {back.removed_in}; {release} spells it "
-                f"{back.flag}", back.source, occ.index))
+                f"{back.flag}", back.source, occ.index, count))
     return out
 
 

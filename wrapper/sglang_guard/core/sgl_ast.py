@@ -125,7 +125,7 @@ class Evaluator:
     def __init__(self, read: Reader, package: str = "sglang") -> None:
         self._read = read
         self._modules: dict[str, Module | None] = {}
-        self._classes: dict[str, dict[str, Any]] = {}
+        self._classes: dict[tuple[str, int, str], Any] = {}
         self.package = package
         self.notes: list[str] = []
         # SGLang functions the caller models itself, by name (add_cli_args_from_dataclass).
@@ -254,39 +254,34 @@ class Evaluator:
     # -- classes ---------------------------------------------------------------------
     def class_attr(self, cls: ClassRef, attr: str) -> Any:
         """A class-body binding (or method) `attr` of `cls`, searching its bases."""
-        ns = self._class_namespace(cls)
-        if attr in ns:
-            value = ns[attr]
+        key = (cls.module, cls.node.lineno, attr)
+        if key in self._classes:
+            value = self._classes[key]
             if isinstance(value, Unknown):
                 raise value
             return value
+        for i, stmt in enumerate(cls.node.body):
+            if isinstance(stmt, ast.FunctionDef) and stmt.name == attr:
+                return FuncRef(cls.module, stmt)
+            if (
+                isinstance(stmt, ast.Assign | ast.AnnAssign)
+                and stmt.value is not None
+                and attr in _bound_names(stmt)
+            ):
+                try:
+                    value = _ClassScope(self, cls, i).eval(stmt.value)
+                    if self.is_enum(cls):
+                        value = EnumMember(attr, value)
+                except Unknown as exc:
+                    value = exc
+                self._classes[key] = value
+                if isinstance(value, Unknown):
+                    raise value
+                return value
         for base in self.bases(cls):
             if isinstance(base, ClassRef):
                 return self.class_attr(base, attr)
         raise Unknown(f"{cls.node.name}.{attr}")
-
-    def _class_namespace(self, cls: ClassRef) -> dict[str, Any]:
-        """The class body run in order; a binding that failed holds its Unknown."""
-        key = f"{cls.module}:{cls.node.lineno}"
-        if key in self._classes:
-            return self._classes[key]
-        ns: dict[str, Any] = {}
-        self._classes[key] = ns
-        enum = self.is_enum(cls)
-        for stmt in cls.node.body:
-            if isinstance(stmt, ast.FunctionDef):
-                ns[stmt.name] = FuncRef(cls.module, stmt)
-            elif isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
-                try:
-                    value = Scope(self, cls.module, dict(ns)).eval(stmt.value)
-                except Unknown as exc:
-                    value = exc
-                for bound in _bound_names(stmt):
-                    ns[bound] = (
-                        EnumMember(bound, value) if enum and not isinstance(value, Unknown)
-                        else value
-                    )
-        return ns
 
     def bases(self, cls: ClassRef) -> list[Any]:
         """The evaluated base classes of `cls` (ModuleRef for classes outside SGLang)."""
@@ -539,6 +534,21 @@ class Scope:
             return None if n is None else self.eval(n)
 
         return slice(part(node.lower), part(node.upper), part(node.step))
+
+
+class _ClassScope(Scope):
+    """A class body's scope: names bound earlier in the body, then the module's."""
+
+    def __init__(self, ev: Evaluator, cls: ClassRef, before: int) -> None:
+        super().__init__(ev, cls.module)
+        self.cls = cls
+        self.before = before
+
+    def lookup(self, name: str) -> Any:
+        for stmt in self.cls.node.body[: self.before]:
+            if isinstance(stmt, ast.Assign | ast.AnnAssign) and name in _bound_names(stmt):
+                return self.ev.class_attr(self.cls, name)
+        return super().lookup(name)
 
 
 @dataclass(frozen=True, slots=True)
