@@ -81,7 +81,8 @@ def test_no_model_config_gives_no_lists() -> None:
 
 
 # Read once at import: the unit tests' fixtures point SGLANG_GUARD_CACHE at a temp dir.
-WHEELS = Path(os.environ.get("SGLANG_GUARD_CACHE") or Path.home() / ".cache/sglang-guard") / "wheels"
+WHEELS = Path(os.environ.get("SGLANG_GUARD_CACHE") or Path.home() / ".cache/sglang-guard")
+WHEELS /= "wheels"
 
 
 def _wheel(version: str) -> Path | None:

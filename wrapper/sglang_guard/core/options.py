@@ -134,7 +134,9 @@ def load_option_table(version: str = "0.5.23") -> OptionTable:
 
             release = load_release(version)
             if not release.exact:
-                raise ConfigError(str(path), None, f"no SGLang option table for {version}")
+                raise ConfigError(
+                    str(path), None, f"cannot read the SGLang option table: none for {version}"
+                )
             _CACHE[version] = release.options
             return _CACHE[version]
         try:

@@ -181,9 +181,11 @@ def _raw() -> Mapping[str, Any]:
         path = config_path(*RELEASES_FILE)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            data["newest"]["sglang_version"]  # noqa: B018 - shape check
+            data["newest"]["sglang_version"]
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(str(path), None, f"cannot read the SGLang release tables: {exc}") from exc
+            raise ConfigError(
+                str(path), None, f"cannot read the SGLang release tables: {exc}"
+            ) from exc
         _RAW.append(data)
     return _RAW[0]
 

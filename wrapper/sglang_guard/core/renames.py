@@ -9,6 +9,7 @@ file:line, and kept only if the successor exists in the release that removed the
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -79,7 +80,7 @@ def derive_renames(releases: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) 
     """Renames between consecutive releases (oldest first). Each option is a mapping with
     `strings`, `nargs`, `help` and `where` (file:line), as the static reader registers it."""
     out: list[Rename] = []
-    for (old_v, old_opts), (new_v, new_opts) in zip(releases, releases[1:], strict=False):
+    for (old_v, old_opts), (new_v, new_opts) in itertools.pairwise(releases):
         new_strings = {s for o in new_opts for s in o["strings"]}
         for opt in old_opts:
             for flag in opt["strings"]:
@@ -164,9 +165,10 @@ def rename_findings(
                 value, count = cmd.argv[nxt], 2
         hits = [r for r in by_flag.get(flag, ()) if _applies(r, release)]
         if hits:
-            found = _forward(hits[-1], flag, value, table, occ.index, renames)
+            found = _forward(hits[-1], flag, value, table, index=occ.index, renames=renames)
             if not hits[-1].takes_value and count == 2 and occ.spec is None:
-                count, found = 1, _forward(hits[-1], flag, None, table, occ.index, renames)
+                count = 1
+                found = _forward(hits[-1], flag, None, table, index=occ.index, renames=renames)
             out.append(replace(found, count=count))
             continue
         back = by_successor.get(flag)
@@ -178,7 +180,7 @@ def rename_findings(
     return out
 
 
-def _forward(r: Rename, flag: str, value: str | None, table: OptionTable, index: int,
+def _forward(r: Rename, flag: str, value: str | None, table: OptionTable, *, index: int,
              renames: Sequence[Rename]) -> RenameFinding:
     successor, fixed = r.successor, r.value
     seen = {flag}

@@ -57,7 +57,7 @@ def _is_arch_compare(node: ast.expr) -> bool:
     return isinstance(node, ast.Compare) and _mentions_arch(node) and any(
         isinstance(c, ast.Constant | ast.Name | ast.List | ast.Tuple | ast.Set)
         and not _mentions_arch(c)
-        for c in node.comparators + [node.left]
+        for c in [*node.comparators, node.left]
     )
 
 

@@ -17,7 +17,7 @@ from typing import Any
 Reader = Callable[[str], str | None]
 
 
-class Unknown(Exception):  # noqa: N818 - a value, not an error condition
+class Unknown(Exception):
     """An expression the evaluator cannot compute statically."""
 
 
@@ -590,7 +590,7 @@ _BUILTINS: dict[str, Any] = {
     "set": lambda x=(): Unordered(dict.fromkeys(_iterate(None, x))),
     "frozenset": lambda x=(): Unordered(dict.fromkeys(_iterate(None, x))),
     "sorted": _sorted,
-    "dict": lambda *a, **k: dict(*a, **k),
+    "dict": dict,
     "str": str,
     "len": len,
     "None": None,
@@ -633,7 +633,7 @@ def call_function(
     return run_body(ev, scope, func.node.body)
 
 
-class _Return(Exception):  # noqa: N818 - control flow
+class _Return(Exception):
     def __init__(self, value: Any) -> None:
         self.value = value
 
@@ -665,8 +665,8 @@ def _exec(ev: Evaluator, scope: Scope, body: list[ast.stmt]) -> None:
                 value = scope.eval(stmt.value)
             except Unknown as exc:
                 value = exc  # fails only if it is read
-            for target in stmt.targets:
-                _bind(scope, target, value)
+            for lhs in stmt.targets:
+                _bind(scope, lhs, value)
         elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
             _bind(scope, stmt.target, scope.eval(stmt.value))
         elif isinstance(stmt, ast.AugAssign) and isinstance(stmt.target, ast.Name):
@@ -685,9 +685,7 @@ def _exec(ev: Evaluator, scope: Scope, body: list[ast.stmt]) -> None:
         elif isinstance(stmt, ast.Expr):
             if isinstance(stmt.value, ast.Call):
                 scope.eval(stmt.value)
-        elif isinstance(stmt, ast.Try):
-            _exec(ev, scope, stmt.body)
-        elif isinstance(stmt, ast.With):
+        elif isinstance(stmt, ast.Try | ast.With):
             _exec(ev, scope, stmt.body)
         elif isinstance(stmt, ast.For):
             for item in _iterate(ev, scope.eval(stmt.iter)):

@@ -107,16 +107,16 @@ class _AddArgument(HostFunc):
 
         where = f"{scope.ev.module(scope.module).path}:{node.lineno}"
         try:
-            self._register(scope, names, get, kw, extra, where)
+            self._register(scope, names, get, kw, extra=extra, where=where)
         except Unknown as exc:
             raise Unknown(f"{where}: {exc}") from exc
         return None
 
-    def _register(self, scope: Scope, names: list[Any], get: Any, kw: dict[str, ast.expr],
+    def _register(self, scope: Scope, names: list[Any], get: Any, kw: dict[str, ast.expr], *,
                   extra: dict[str, Any], where: str) -> None:
         self.parser.reader.register(
-            names, get("action"), get("nargs"), get("choices"), get("dest"),
-            _help_text(scope, kw.get("help"), extra.get("help")), where,
+            names, get("action"), nargs=get("nargs"), choices=get("choices"), dest=get("dest"),
+            help_text=_help_text(scope, kw.get("help"), extra.get("help")), where=where,
             passed_nargs="nargs" in kw or "nargs" in extra,
         )
 
@@ -140,8 +140,8 @@ class OptionReader:
 
     # -- argparse's bookkeeping ------------------------------------------------------
     def register(
-        self, names: list[Any], action: Any, nargs: Any, choices: Any, dest: Any,
-        help_text: str, where: str, *, passed_nargs: bool,
+        self, names: list[Any], action: Any, *, nargs: Any, choices: Any, dest: Any,
+        help_text: str, where: str, passed_nargs: bool,
     ) -> None:
         """Record an add_argument call the way argparse builds its Action."""
         strings = [str(n) for n in names]
@@ -149,7 +149,10 @@ class OptionReader:
         if kind == "_HelpAction":
             return
         if kind == "BooleanOptionalAction":
-            strings = [s2 for s in strings for s2 in (s, *(["--no-" + s[2:]] if s.startswith("--") else []))]
+            strings = [
+                s2 for s in strings
+                for s2 in (s, *(["--no-" + s[2:]] if s.startswith("--") else []))
+            ]
         if dest is None:
             longs = [s for s in strings if s.startswith("--")]
             dest = (longs or strings)[0].lstrip("-").replace("-", "_")
@@ -159,7 +162,10 @@ class OptionReader:
             nargs = self._custom_nargs(action, nargs, passed_nargs)
         store_true = kind == "_StoreTrueAction" or base == "_StoreTrueAction"
         is_store = kind == "_StoreAction" or base == "_StoreAction"
-        yaml = "store_true" if store_true else ("value" if is_store or nargs is None else "unsupported")
+        yaml = (
+            "store_true" if store_true
+            else ("value" if is_store or nargs is None else "unsupported")
+        )
         self.parser.options.append(
             Registered(
                 strings=strings,
@@ -197,9 +203,12 @@ class OptionReader:
         if init is None:
             return passed
         params = init.node.args
-        defaults = dict(
-            zip([a.arg for a in params.args][-len(params.defaults) :], params.defaults, strict=False)
-        ) if params.defaults else {}
+        positional = [a.arg for a in params.args]
+        defaults: dict[str, ast.expr] = {}
+        if params.defaults:
+            defaults = dict(
+                zip(positional[-len(params.defaults) :], params.defaults, strict=True)
+            )
         defaults.update(
             {a.arg: d for a, d in zip(params.kwonlyargs, params.kw_defaults, strict=True) if d}
         )
@@ -350,26 +359,28 @@ class _FromDataclass(HostFunc):
         if arg.get("action") is not None:
             kwargs = get("action_kwargs") or {}
             register(
-                names, get("action"), kwargs.get("nargs"), kwargs.get("choices"),
-                kwargs.get("dest", dest), help_text, where, passed_nargs="nargs" in kwargs,
+                names, get("action"), nargs=kwargs.get("nargs"), choices=kwargs.get("choices"),
+                dest=kwargs.get("dest", dest), help_text=help_text, where=where,
+                passed_nargs="nargs" in kwargs,
             )
             return
         inner, _ = _unwrap_optional(inner)
         literal = _literal_values(inner)
+        common: dict[str, Any] = {"dest": dest, "help_text": help_text, "where": where}
         if literal is not None:
-            register(names, None, None, get("choices") or literal, dest, help_text, where,
-                     passed_nargs=False)
+            register(names, None, nargs=None, choices=get("choices") or literal,
+                     passed_nargs=False, **common)
             return
         if _is_list(inner) and arg.get("type_parser") is None:
-            register(names, None, get("nargs") or "+", get("choices") or None, dest, help_text,
-                     where, passed_nargs=True)
+            register(names, None, nargs=get("nargs") or "+", choices=get("choices") or None,
+                     passed_nargs=True, **common)
             return
         if isinstance(inner, ast.Name) and inner.id == "bool":
-            register(names, "store_true", None, None, dest, help_text, where, passed_nargs=False)
+            register(names, "store_true", nargs=None, choices=None, passed_nargs=False, **common)
             return
         nargs = get("nargs") or None
-        register(names, None, nargs, get("choices") or None, dest, help_text, where,
-                 passed_nargs=nargs is not None)
+        register(names, None, nargs=nargs, choices=get("choices") or None,
+                 passed_nargs=nargs is not None, **common)
 
 
 def _subscript_parts(node: ast.expr) -> tuple[str, list[ast.expr]] | None:

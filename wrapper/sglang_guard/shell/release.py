@@ -137,6 +137,6 @@ def tables_for(fact: ReleaseFact, cache_dir: Path) -> ReleaseTables:
     if fact.site is not None:
         try:
             return derive_release(fact, cache_dir)
-        except Exception as exc:  # noqa: BLE001 - any failure of the reader falls back
+        except Exception as exc:
             log.warning("release.derive_failed", version=fact.version, error=str(exc))
     return load_release(fact.version)

@@ -43,7 +43,7 @@ def add_cli_args_from_dataclass(parser, cls):
             inner = rest[0] if len(rest) == 1 else raw
         if get_origin(inner) is Literal:
             parser.add_argument(*names, choices=arg.choices or list(get_args(inner)), **dest)
-        elif get_origin(inner) in (list, typing.List) and arg.type_parser is None:  # noqa: UP006
+        elif get_origin(inner) in (list, typing.List) and arg.type_parser is None:
             parser.add_argument(*names, nargs=arg.nargs or "+", **dest)
         elif inner is bool:
             parser.add_argument(*names, action="store_true", **dest)
