@@ -81,6 +81,9 @@ class StatusBoard:
     def attach(self, events: queue.Queue[Event]) -> None:
         """The loop's queue: /livez puts a tick there and waits for the loop to take it."""
         self._events = events
+        if self.address is not None:  # said once supervision starts: an error before it
+            # (bad input, refusal) stays the only line on stderr
+            get_logger().info("status.listening", host=self.address[0], port=self.address[1])
 
     def step(self, state: State, env: Env, actions: Sequence[Action]) -> None:
         """The machine stepped: phase, Stop causes, and the rule packs' labels at zero."""
@@ -239,7 +242,6 @@ def start(board: StatusBoard, where: tuple[str, int] | None) -> StatusServer | N
                            error=exc.strerror or str(exc))
         return None
     board.address = (str(server.address[0]), int(server.address[1]))
-    get_logger().info("status.listening", host=board.address[0], port=board.address[1])
     return server
 
 
