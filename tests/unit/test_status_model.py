@@ -176,3 +176,17 @@ def test_the_example_config_and_the_systemd_env_document_the_status_port() -> No
     env = (root / "systemd/sglang-guard.env.example").read_text()
     assert f"{ENV_LISTEN}={StatusSection().listen}" in env
     assert ENV_ALLOW_REMOTE in env
+
+
+def test_stage_records_from_a_start_hang_watcher_need_no_wiring() -> None:
+    snap = model.on_phase(model.Snapshot(), "starting", 0.0)
+    snap, _ = fold([start(1), {"event": "start.stage", "stage": "weight loading"}], snap)
+    snap = model.on_phase(snap, "starting", 5.0)
+    assert (snap.phase, snap.stage) == ("loading", "weight loading")
+    snap, counts = fold([{"event": "start.stalled", "stage": "weight loading", "line": "x"},
+                         EXIT, start(2)], snap)
+    assert counts[-1].restart == "stalled"
+    snap, counts = fold([{"event": "start.stalled", "stage": "distributed init"},
+                         {"event": "give_up", "reason": "start stalled in distributed init"}])
+    assert counts[-1].give_up == "stalled"
+    assert not model.startup_ok(snap)

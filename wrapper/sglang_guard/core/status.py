@@ -2,7 +2,9 @@
 
 The journal already records everything that happens; `on_record` turns each record into
 the next snapshot and the counts it adds (launches, restarts by cause, remediations,
-give-ups, reloads, time to ready). Times come in as arguments.
+give-ups, reloads, time to ready). Times come in as arguments. A start-hang watcher needs
+no wiring of its own: journaling `start.stage` {stage} and `start.stalled` {stage, line}
+sets the phase to `loading`, names the stage, and turns /startupz to 503.
 """
 
 from __future__ import annotations
@@ -111,6 +113,10 @@ def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
         return replace(snap, ready=True), Counts(time_to_ready=took)
     if event in ("remediated", "restored"):
         return _remediation(snap, record)
+    if event == "start.stage":  # a stage watcher saw SGLang enter a loading stage
+        return on_stage(snap, record.get("stage") and str(record.get("stage")), now), Counts()
+    if event == "start.stalled":  # ... or saw no progress within the stage's limit
+        return on_stalled(snap, str(record.get("stage") or "unknown")), Counts()
     if event == "crash.detected":
         return replace(snap, cause="crash"), Counts()
     if event == "give_up.planned":
