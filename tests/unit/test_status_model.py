@@ -190,3 +190,19 @@ def test_stage_records_from_a_start_hang_watcher_need_no_wiring() -> None:
                          {"event": "give_up", "reason": "start stalled in distributed init"}])
     assert counts[-1].give_up == "stalled"
     assert not model.startup_ok(snap)
+
+
+def test_the_environment_overrides_listen_and_is_validated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from sglang_guard.errors import InputError  # noqa: PLC0415
+    from sglang_guard.shell.status import ENV_ALLOW_REMOTE, ENV_LISTEN, address  # noqa: PLC0415
+
+    monkeypatch.setenv(ENV_LISTEN, "127.0.0.1:9500")
+    assert address(StatusSection()) == ("127.0.0.1", 9500)
+    monkeypatch.setenv(ENV_LISTEN, "off")
+    assert address(StatusSection()) is None
+    monkeypatch.setenv(ENV_LISTEN, "0.0.0.0:9488")
+    with pytest.raises(InputError, match=ENV_LISTEN):
+        address(StatusSection())
+    monkeypatch.setenv(ENV_ALLOW_REMOTE, "1")
+    assert address(StatusSection()) == ("0.0.0.0", 9488)  # noqa: S104 - what the test asks for

@@ -8,15 +8,12 @@ needs `[status] allow_remote`.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
-import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +24,7 @@ from sglang_guard.core.guardconfig import TERMINATION_LOG, StatusSection, parse_
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import EXIT_GIVE_UP, GuardError, InputError, Refused
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.statusserver import StatusServer
 
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
@@ -157,66 +155,6 @@ class StatusBoard:
 
     def _phase_seconds(self) -> float:
         return max(0.0, time.monotonic() - self._snap.since)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    board: StatusBoard
-    server_version = "sglang-guard"
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        board = self.board
-        if path == "/metrics" and not isinstance(board.metrics, _NoMetrics):
-            from sglang_guard.shell.metrics import CONTENT_TYPE  # noqa: PLC0415
-
-            self._send(200, board.metrics.exposition(), CONTENT_TYPE)
-        elif path == "/status":
-            self._send(200, json.dumps(board.document(), default=str).encode(),
-                       "application/json")
-        elif path in ("/livez", "/readyz", "/startupz"):
-            snap = board.snapshot()
-            if path == "/livez":
-                ok = board.alive()
-            else:
-                ok = snap.ready if path == "/readyz" else model.startup_ok(snap)
-            body = {"ok": ok, "phase": snap.phase, "stage": snap.stage,
-                    "gave_up": redact_text(snap.gave_up) if snap.gave_up else None}
-            self._send(200 if ok else 503, json.dumps(body).encode(), "application/json")
-        else:
-            self._send(404, b'{"error": "not found"}', "application/json")
-
-    def _send(self, code: int, body: bytes, kind: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        with contextlib.suppress(OSError):  # the prober hung up: nothing to tell
-            self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: probes every few seconds would drown SGLang's own output."""
-
-
-class StatusServer:
-    """A ThreadingHTTPServer on its own daemon thread."""
-
-    def __init__(self, board: StatusBoard, host: str, port: int) -> None:
-        handler = type("Handler", (_Handler,), {"board": board})
-        server_cls = type("Server", (ThreadingHTTPServer,), {
-            "daemon_threads": True, "allow_reuse_address": True,
-            "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
-        self.httpd = server_cls((host, port), handler)
-        self.address = self.httpd.server_address[:2]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.2,),
-                                       name="status", daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        """Stop serving and free the port."""
-        self.httpd.shutdown()
-        self.httpd.server_close()
-        self.thread.join(5)
 
 
 def address(section: StatusSection) -> tuple[str, int] | None:
