@@ -4,7 +4,7 @@
 
 Both figures come from the same code with `[status] listen` set to a loopback port or
 "off" (off: prometheus-client is not even imported), measured alternately in the same run.
-RSS: a guard supervising one idle child, 3 s after start; with the port on, /metrics,
+RSS: a guard supervising one idle child, 3 s after it settled; with the port on, /metrics,
 /status and /livez are fetched first (a scraped guard, as in production). Pass-through: the
 replay child of bench/passthrough.py through the guard, from the child's start to its exit
 per the journal, with a scraper fetching /metrics every --scrape-interval s (default 0.1,
@@ -58,17 +58,23 @@ def fetch(port: int, path: str) -> int:
 
 
 def steady_rss(cfg: Path, state: Path, port: int | None) -> float:
-    """RSS (MiB) of a guard supervising one idle child, 3 s after start."""
+    """RSS (MiB) of a guard supervising one idle child, 3 s after it settled."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "sglang_guard", "run", "--config", str(cfg), "--state-dir",
          str(state), "--no-preflight", "--", "--port", "1"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        time.sleep(1.5)  # benchmark settling, not test synchronisation
-        if port is not None:
-            for path in ("/metrics", "/status", "/livez", "/metrics"):
-                assert fetch(port, path) == 200, path
-        time.sleep(1.5)
+        deadline = time.monotonic() + 60
+        while port is not None:  # up from the guard's first second: wait for that second
+            try:
+                for path in ("/metrics", "/status", "/livez", "/metrics"):
+                    assert fetch(port, path) == 200, path
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        time.sleep(3.0)  # benchmark settling, not test synchronisation
         return psutil.Process(proc.pid).memory_info().rss / 2**20
     finally:
         proc.terminate()

@@ -40,6 +40,7 @@ from .server import CPU_FLAGS, free_port
 pytestmark = pytest.mark.e2e
 
 READY_S = 300.0
+SHIPPED_LLAMA = Path(__file__).resolve().parents[2] / "configs" / "models" / "tiny-llama"
 CUTEDSL = ("--attention-backend", "cutedsl_mla")
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -186,8 +187,9 @@ def test_preflight_fix_is_counted_and_the_port_answers_during_preflight(
 
 def test_serve_runs_the_tiny_model_to_ready_as_sglang_serve(
         sglang_python: str, tmp_path: Path) -> None:
-    """`sglang-guard serve MODEL …` launches `sglang serve` of the SGLang environment."""
-    model, port, state = write_tiny_llama(tmp_path / "llama"), free_port(), tmp_path / "state"
+    """`sglang-guard serve MODEL …` with the shipped tiny Llama launches `sglang serve`."""
+    model, port, state = SHIPPED_LLAMA, free_port(), tmp_path / "state"
+    assert (model / "config.json").is_file()
     cmd = [sys.executable, "-m", "sglang_guard", "serve", str(model), *CPU_FLAGS,
            "--port", str(port)]
     env = {"SGLANG_GUARD_PYTHON": sglang_python, "SGLANG_GUARD_STATE_DIR": str(state),
