@@ -14,6 +14,7 @@ from sglang_guard.core.facts import GpuFacts
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
 from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.packcheck import check_packs
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher, RulePack, load_default_pack, parse_pack
@@ -61,7 +62,7 @@ def load_packs(cfg: GuardConfig) -> tuple[RulePack, ...]:
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(path, None, f"cannot read rule pack ({exc})") from None
         packs.append(parse_pack(text, path))
-    return tuple(packs)
+    return check_packs(packs, load_option_table(), cfg.rules.allow_set, cfg.path)
 
 
 def launch_prefix(cfg: GuardConfig, python: str | None) -> list[str]:

@@ -1,0 +1,154 @@
+"""Rule packs against SGLang 0.5.23's option table: flags, choices, release range, deny list."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_guard.core.options import OptionTable
+from sglang_guard.core.packcheck import check_pack, check_packs, is_denied, resolve_flag
+from sglang_guard.core.rules import RulePack, load_default_pack, parse_pack
+from sglang_guard.errors import ConfigError
+
+PATH = "/etc/guard/rules/mine.toml"
+
+
+def pack(body: str, versions: str = ">=0.5.23") -> RulePack:
+    head = f'[pack]\nname = "mine"\nsglang_versions = "{versions}"\n'
+    return parse_pack(head + body, PATH)
+
+
+def one(action: str, flags: str, extra: str = "") -> RulePack:
+    return pack(f'[[rules]]\nid = "r1"\npattern = "boom"\naction = "{action}"\n'
+                f"flags = {flags}\n{extra}")
+
+
+def refused(p: RulePack, options: OptionTable, allow: tuple[str, ...] = ()) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        check_pack(p, options, allow)
+    assert err.value.path == PATH
+    assert "pack 'mine'" in str(err.value)
+    return err.value
+
+
+def test_the_default_pack_passes(options: OptionTable) -> None:
+    default = load_default_pack()
+    assert check_pack(default, options) is default
+
+
+@pytest.mark.parametrize(("flag", "problem"), [
+    ("--no-such-flag", "SGLang 0.5.23 has no option --no-such-flag"),
+    ("--cuda-graph-max-bs", "is ambiguous in SGLang 0.5.23 (could match "
+                            "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill)"),
+    ("--attention-back", "is an abbreviation of --attention-backend"),
+    ("--model", "is an alias: write --model-path"),
+])
+def test_a_flag_the_release_does_not_spell_so_is_refused(
+        options: OptionTable, flag: str, problem: str) -> None:
+    err = refused(one("drop_flag", f'["{flag}"]'), options)
+    assert err.key == "rules[r1].flags"
+    assert problem in err.problem
+
+
+def test_a_condition_flag_is_checked_too(options: OptionTable) -> None:
+    err = refused(pack('[[rules]]\nid = "r1"\npattern = "boom"\naction = "restart"\n'
+                       '[rules.when.flags]\n"--cuda-graph-max-bs" = true\n'), options)
+    assert err.key == "rules[r1].when.flags"
+    assert "ambiguous" in err.problem
+
+
+def test_a_condition_value_outside_the_choices_is_refused(options: OptionTable) -> None:
+    err = refused(pack('[[rules]]\nid = "r1"\npattern = "boom"\naction = "restart"\n'
+                       '[rules.when.flags]\n"--attention-backend" = ["fa9"]\n'), options)
+    assert err.key == "rules[r1].when.flags.--attention-backend"
+
+
+def test_a_new_value_outside_the_choices_is_refused(options: OptionTable) -> None:
+    err = refused(one("set_flag", '["--attention-backend"]', 'new_value = "fa9"\n'), options)
+    assert err.key == "rules[r1].new_value"
+    assert "'fa9' is not a choice of --attention-backend" in err.problem
+
+
+def test_a_new_value_must_fit_every_flag_it_may_set(options: OptionTable) -> None:
+    # triton is a choice of --attention-backend but --kv-cache-dtype has its own list.
+    err = refused(one("rewrite_value", '["--attention-backend", "--kv-cache-dtype"]',
+                      'new_value = "triton"\n'), options)
+    assert "--kv-cache-dtype" in err.problem
+
+
+def test_values_that_no_flag_can_hold_are_refused(options: OptionTable) -> None:
+    err = refused(one("drop_flag", '["--attention-backend"]', 'values = ["fa9"]\n'), options)
+    assert err.key == "rules[r1].values"
+
+
+def test_a_bare_flag_takes_no_value_and_a_valued_flag_needs_one(options: OptionTable) -> None:
+    err = refused(one("set_flag", '["--disable-cuda-graph"]', 'new_value = "1"\n'), options)
+    assert "takes no value" in err.problem
+    err = refused(one("set_flag", '["--mem-fraction-static"]'), options)
+    assert "needs a value" in err.problem
+
+
+def test_a_scaled_value_on_a_flag_with_choices_is_refused(options: OptionTable) -> None:
+    err = refused(one("set_flag", '["--kv-cache-dtype"]', 'new_value = "scale:0.5"\n'), options)
+    assert "not a scaled number" in err.problem
+
+
+@pytest.mark.parametrize(("action", "flag", "extra"), [
+    ("set_flag", "--api-key", 'new_value = "x"\n'),
+    ("set_flag", "--admin-api-key", 'new_value = "x"\n'),
+    ("drop_flag", "--api-key", ""),  # dropping the key opens the server too
+    ("rewrite_value", "--host", 'new_value = "0.0.0.0"\n'),
+    ("set_flag", "--port", 'new_value = "80"\n'),
+    ("set_flag", "--model-path", 'new_value = "/evil"\n'),
+    ("set_flag", "--tokenizer-path", 'new_value = "/evil"\n'),
+    ("set_flag", "--trust-remote-code", ""),
+    ("set_flag", "--enable-custom-logit-processor", ""),
+    ("set_flag", "--custom-weight-loader", 'new_value = "evil.load"\n'),
+    ("set_flag", "--forward-hooks", 'new_value = "[]"\n'),
+    ("set_flag", "--ssl-keyfile-password", 'new_value = "x"\n'),
+])
+def test_deny_listed_flags_are_refused(
+        options: OptionTable, action: str, flag: str, extra: str) -> None:
+    err = refused(one(action, f'["{flag}"]', extra), options)
+    assert err.key == "rules[r1].flags"
+    assert f"{flag} is on the deny list" in err.problem
+    assert "[rules] allow_set" in err.problem
+
+
+def test_allow_set_lets_one_denied_flag_through(options: OptionTable) -> None:
+    p = one("rewrite_value", '["--host"]', 'new_value = "127.0.0.1"\n')
+    assert check_pack(p, options, ("--host",)) is p
+    refused(one("set_flag", '["--port"]', 'new_value = "1"\n'), options, ("--host",))
+
+
+def test_conditions_may_read_denied_flags(options: OptionTable) -> None:
+    p = pack('[[rules]]\nid = "r1"\npattern = "boom"\naction = "drop_flag"\n'
+             'flags = ["--attention-backend"]\n[rules.when.flags]\n"--api-key" = true\n')
+    assert check_pack(p, options) is p
+
+
+def test_secret_words_not_substrings() -> None:
+    assert is_denied("--api-key") and is_denied("--ssl-keyfile-password")
+    assert is_denied("--some-future-hf-token")
+    assert not is_denied("--max-total-tokens")
+    assert not is_denied("--served-model-name")
+    assert not is_denied("--attention-backend")
+
+
+def test_a_pack_for_another_release_is_refused(options: OptionTable) -> None:
+    err = refused(pack("", versions=">=0.6"), options)
+    assert err.key == "pack.sglang_versions"
+    assert "0.5.23" in err.problem
+
+
+def test_allow_set_entries_must_be_flags_of_the_release(options: OptionTable) -> None:
+    with pytest.raises(ConfigError) as err:
+        check_packs([], options, ("--hostt",), "/etc/guard/guard.toml")
+    assert err.value.key == "rules.allow_set"
+    assert err.value.path == "/etc/guard/guard.toml"
+
+
+def test_resolve_flag_uses_argparse_lookup(options: OptionTable) -> None:
+    spec, problem = resolve_flag(options, "--attention-backend")
+    assert spec is not None and spec.dest == "attention_backend" and problem is None
+    spec, problem = resolve_flag(options, "--attention-backend=fa3")
+    assert spec is None and problem is not None
