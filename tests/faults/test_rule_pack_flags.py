@@ -14,12 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.machine import READY_LINE
-from sglang_guard.errors import EXIT_OK, EXIT_USAGE
-from sglang_guard.shell.ports import free_port
-
-from .test_cli_run import Guard, argv_for, finish, guard, guard_toml, pack  # noqa: F401
-from .test_supervisor import (
+from integration.test_cli_run import Guard, argv_for, finish, guard_toml
+from integration.test_supervisor import (
     FA3_LINE,
     PACK_TEXT,
     HealthServer,
@@ -29,6 +25,9 @@ from .test_supervisor import (
     ready_then_wait,
     wait_for,
 )
+from sglang_guard.core.machine import READY_LINE
+from sglang_guard.errors import EXIT_OK, EXIT_USAGE
+from sglang_guard.shell.ports import free_port
 
 MARK = "ValueError: pack check marker line"
 
@@ -57,7 +56,7 @@ BAD = [
 
 @pytest.mark.parametrize(("rule_id", "action", "flag", "new_value", "problem"), BAD)
 def test_a_bad_pack_exits_2_before_launching(
-        tmp_path: Path, pack: Path, guard: Guard,  # noqa: F811 - pytest fixtures
+        tmp_path: Path, pack: Path, guard: Guard,
         rule_id: str, action: str, flag: str, new_value: str | None, problem: str) -> None:
     pack.write_text(PACK_TEXT + bad_rule(rule_id, action, flag, new_value))
     # Were the pack accepted, this child would print the line and the rule would act.
@@ -72,7 +71,7 @@ def test_a_bad_pack_exits_2_before_launching(
 
 
 def test_allow_set_in_the_guard_config_lets_a_denied_flag_through(
-        tmp_path: Path, pack: Path, guard: Guard) -> None:  # noqa: F811 - pytest fixtures
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
     pack.write_text(PACK_TEXT + bad_rule("served-name", "set_flag", "--host", "127.0.0.1"))
     launcher = Launcher(tmp_path, [[["exit", 0]]])
     config = guard_toml(tmp_path, launcher, pack)
@@ -84,7 +83,7 @@ def test_allow_set_in_the_guard_config_lets_a_denied_flag_through(
 
 
 def test_allow_set_naming_an_unknown_flag_exits_2(
-        tmp_path: Path, pack: Path, guard: Guard) -> None:  # noqa: F811 - pytest fixtures
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
     launcher = Launcher(tmp_path, [[["exit", 0]]])
     config = guard_toml(tmp_path, launcher, pack)
     config.write_text(config.read_text().replace(
@@ -96,7 +95,7 @@ def test_allow_set_naming_an_unknown_flag_exits_2(
 
 
 def test_reload_to_a_pack_with_an_ambiguous_flag_is_rejected_and_the_old_pack_serves(
-        tmp_path: Path, pack: Path, guard: Guard) -> None:  # noqa: F811 - pytest fixtures
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
     gate = tmp_path / "gate"
     launcher = Launcher(tmp_path, [
         [["print", "stdout", READY_LINE], ["wait_file", str(gate)], ["print", "stderr", MARK],
