@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.logline import clean
+from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.core.rules import Matcher, Rule
 from sglang_guard.errors import InputError
-from sglang_guard.shell.child import LINE_CAP
-from sglang_guard.shell.runner import load_packs
+from sglang_guard.shell.packs import load_packs
 
 
 @dataclass(frozen=True, slots=True)
