@@ -25,7 +25,7 @@ from sglang_guard.core.dataset import (
     sglang_args,
     split_example,
 )
-from sglang_guard.core.options import OptionTable
+from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.packcheck import check_pack
 from sglang_guard.core.rules import (
     MatchContext,
@@ -338,6 +338,7 @@ def test_rules_import_reads_the_release_from_an_install(tmp_path: Path) -> None:
     (site / "sglang-0.5.23.dist-info" / "METADATA").write_text("Name: sglang\nVersion: 0.5.23\n")
     src = site / "sglang/srt/layers/attention/attention_registry.py"
     src.parent.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
     src.write_text('        raise ValueError("cutedsl_mla backend can only be used with MLA '
                    'models.")\n')
     result = CliRunner().invoke(main, ["rules", "import", str(SEED), "--sglang-src", str(site)])
@@ -347,3 +348,16 @@ def test_rules_import_reads_the_release_from_an_install(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["rules", "import", str(SEED), "--sglang-src", str(site)])
     assert result.exit_code == EXIT_USAGE
     assert "does not hold this message" in result.output
+
+
+def test_the_example_is_read_with_the_release_s_own_table() -> None:
+    """0.5.12 has no cutedsl_mla choice: its parser rejects the seed's before command."""
+    imported = import_records(read_dataset(SEED.read_text(), str(SEED)),
+                              load_option_table("0.5.12"))
+    (rule,) = imported.rules
+    assert rule.action == "advice"
+    assert "SGLang 0.5.12 accepts: argument --attention-backend: invalid choice: " \
+           "'cutedsl_mla'" in rule.reason
+    result = CliRunner().invoke(main, ["rules", "import", str(SEED), "--sglang-version",
+                                       ">=0.5.1,<0.5.13"])
+    assert result.exit_code == EXIT_OK and 'action = "advice"' in result.output
