@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from sglang_guard.core.options import OptionTable
-from sglang_guard.core.packcheck import check_pack, check_packs, is_denied, resolve_flag
+from sglang_guard.core.guardconfig import GuardConfig, RulesSection
+from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.packcheck import (
+    check_allow_set,
+    check_pack,
+    is_denied,
+    release_to_check,
+    resolve_flag,
+)
 from sglang_guard.core.rules import RulePack, load_default_pack, parse_pack
 from sglang_guard.errors import ConfigError
+from sglang_guard.shell.packs import load_packs
 
 PATH = "/etc/guard/rules/mine.toml"
 
@@ -142,7 +152,7 @@ def test_a_pack_for_another_release_is_refused(options: OptionTable) -> None:
 
 def test_allow_set_entries_must_be_flags_of_the_release(options: OptionTable) -> None:
     with pytest.raises(ConfigError) as err:
-        check_packs([], options, ("--hostt",), "/etc/guard/guard.toml")
+        check_allow_set(("--hostt",), options, "/etc/guard/guard.toml")
     assert err.value.key == "rules.allow_set"
     assert err.value.path == "/etc/guard/guard.toml"
 
@@ -152,3 +162,33 @@ def test_resolve_flag_uses_argparse_lookup(options: OptionTable) -> None:
     assert spec is not None and spec.dest == "attention_backend" and problem is None
     spec, problem = resolve_flag(options, "--attention-backend=fa3")
     assert spec is None and problem is not None
+
+
+def test_the_release_a_pack_is_checked_against() -> None:
+    known = ("0.5.12", "0.5.22", "0.5.23")
+    assert release_to_check(">=0.5.23,<0.5.24", "0.5.23", known) == "0.5.23"
+    assert release_to_check(">=0.5", "0.5.22", known) == "0.5.22"  # the running one
+    assert release_to_check(">=0.5.23,<0.5.24", "0.5.12", known) == "0.5.23"  # its own
+    assert release_to_check(">=0.5.1,<0.5.20", None, known) == "0.5.12"
+    assert release_to_check(">=0.6", "0.5.23", known) is None
+
+
+def test_load_packs_checks_each_pack_against_its_release(tmp_path: Path) -> None:
+    """The running release when the pack claims it, else the newest release of its range."""
+    cutedsl = ('[[rules]]\nid = "r1"\npattern = "boom"\naction = "drop_flag"\n'
+               'flags = ["--attention-backend"]\nvalues = ["cutedsl_mla"]\n')
+    old = tmp_path / "old.toml"
+    old.write_text('[pack]\nname = "old"\nsglang_versions = "==0.5.12"\n' + cutedsl)
+    cfg = GuardConfig(rules=RulesSection(default_pack=True, packs=(str(old),)))
+    with pytest.raises(ConfigError) as err:  # 0.5.12's parser has no cutedsl_mla
+        load_packs(cfg, load_option_table("0.5.23"))
+    assert err.value.key == "rules[r1].values" and err.value.path == str(old)
+    # Running 0.5.12: the default pack (0.5.23 only) is checked against 0.5.23, not refused.
+    new = tmp_path / "new.toml"
+    new.write_text('[pack]\nname = "new"\nsglang_versions = ">=0.5.20"\n' + cutedsl)
+    cfg = GuardConfig(rules=RulesSection(default_pack=True, packs=(str(new),)))
+    assert [p.name for p in load_packs(cfg, load_option_table("0.5.12"))] == ["default", "new"]
+    none = tmp_path / "none.toml"
+    none.write_text('[pack]\nname = "none"\nsglang_versions = ">=0.6"\n')
+    with pytest.raises(ConfigError, match="holds no SGLang release"):
+        load_packs(GuardConfig(rules=RulesSection(default_pack=False, packs=(str(none),))))

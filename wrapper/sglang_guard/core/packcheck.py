@@ -158,6 +158,19 @@ def check_pack(pack: RulePack, table: OptionTable, allow: Collection[str] = ()) 
     return pack
 
 
+def release_to_check(versions: str, running: str | None, known: Sequence[str]) -> str | None:
+    """The release a pack is checked against: the running one when the pack's range holds
+    it, else the newest shipped release the range holds (None: it holds none)."""
+    try:
+        spec = SpecifierSet(versions)
+        if running is not None and Version(running) in spec:
+            return running
+        inside = [v for v in known if Version(v) in spec]
+    except InvalidVersion:
+        return None
+    return max(inside, key=Version) if inside else None
+
+
 def check_allow_set(allow: Sequence[str], table: OptionTable, config_path: str | None) -> None:
     """Each `[rules] allow_set` entry is a canonical flag of the release."""
     for flag in allow:
@@ -165,11 +178,4 @@ def check_allow_set(allow: Sequence[str], table: OptionTable, config_path: str |
         if spec is None:
             raise ConfigError(config_path or "<guard config>", "rules.allow_set",
                               problem or flag)
-
-
-def check_packs(packs: Sequence[RulePack], table: OptionTable, allow: Sequence[str] = (),
-                config_path: str | None = None) -> tuple[RulePack, ...]:
-    """Every pack checked (see `check_pack`), with the guard config's allow list."""
-    check_allow_set(allow, table, config_path)
-    return tuple(check_pack(p, table, frozenset(allow)) for p in packs)
 
