@@ -17,7 +17,7 @@ from sglang_guard.core.packcheck import (
 )
 from sglang_guard.core.rules import RulePack, load_default_pack, parse_pack
 from sglang_guard.errors import ConfigError
-from sglang_guard.shell.packs import load_packs
+from sglang_guard.shell.packs import load_packs, other_release_has
 
 PATH = "/etc/guard/rules/mine.toml"
 
@@ -42,7 +42,25 @@ def refused(p: RulePack, options: OptionTable, allow: tuple[str, ...] = ()) -> C
 
 def test_the_default_pack_passes(options: OptionTable) -> None:
     default = load_default_pack()
-    assert check_pack(default, options) is default
+    assert check_pack(default, options, (), other_release_has) is default
+
+
+def test_another_releases_spelling_only_next_to_this_releases_own(options: OptionTable) -> None:
+    ladder = one("set_flag", '["--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"]',
+                 'new_value = "scale:0.5"\ndefault = "32"\n')
+    assert check_pack(ladder, options, (), other_release_has) is ladder
+    alone = one("set_flag", '["--cuda-graph-max-bs"]', 'new_value = "8"\n')
+    err = refused(alone, options)  # without the other releases: not a flag at all
+    assert "is ambiguous in SGLang 0.5.23" in err.problem
+    with pytest.raises(ConfigError, match=r"is ambiguous in SGLang 0\.5\.23"):
+        check_pack(alone, options, (), other_release_has)  # never alone
+    old_only = one("set_flag", '["--cuda-graph-max-bs"]',
+                   'new_value = "8"\n[rules.when]\nsglang = "<0.5.14"\n')
+    assert check_pack(old_only, options, (), other_release_has) is old_only
+    typo = one("set_flag", '["--cuda-graph-max-bs-decode", "--cuda-graph-max-bss"]',
+               'new_value = "8"\n')
+    with pytest.raises(ConfigError, match="has no option --cuda-graph-max-bss"):
+        check_pack(typo, options, (), other_release_has)
 
 
 @pytest.mark.parametrize(("flag", "problem"), [

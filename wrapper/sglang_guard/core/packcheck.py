@@ -5,13 +5,15 @@ release: every flag a rule names (in `flags` or `when.flags`) is that release's 
 spelling (not an alias, an abbreviation argparse would expand, an ambiguous prefix or an
 unknown flag), every value fits the flag's choices, the pack's release range holds the
 release, and no rule changes a flag of the deny list unless the guard config allows it
-(`[rules] allow_set`). Without this, a bad flag surfaces only when its line appears, as a
-crash (KeyError) with SGLang already killed.
+(`[rules] allow_set`). A rule may list another shipped release's spelling next to this
+release's own (`plan_fix` takes the first the running parser knows), never alone. Without
+this, a bad flag surfaced only when its line appeared: a crash (KeyError, exit 70) with SGLang
+killed, or a crash loop on a fix that could never apply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
@@ -87,39 +89,53 @@ def _fits(spec: OptionSpec, value: str) -> bool:
 class _RuleCheck:
     """The checks of one rule; each failure a ConfigError naming pack, rule and key."""
 
-    def __init__(self, pack: RulePack, rule: Rule, table: OptionTable) -> None:
-        self.pack, self.rule, self.table = pack, rule, table
+    def __init__(self, pack: RulePack, rule: Rule, table: OptionTable,
+                 elsewhere: Callable[[str], bool]) -> None:
+        self.pack, self.rule, self.table, self.elsewhere = pack, rule, table, elsewhere
 
     def fail(self, key: str, problem: str) -> ConfigError:
         return ConfigError(self.pack.path, f"rules[{self.rule.id}].{key}",
                            f"{problem} (pack {self.pack.name!r})")
 
-    def spec(self, key: str, flag: str) -> OptionSpec:
+    def spec(self, key: str, flag: str) -> OptionSpec | None:
+        """The flag's option in this release; None for another release's own spelling."""
         spec, problem = resolve_flag(self.table, flag)
-        if spec is None:
+        if spec is None and not self.elsewhere(flag):
             raise self.fail(key, problem or flag)
         return spec
 
+    def acts_here(self) -> bool:
+        cond = self.rule.conditions.sglang
+        try:
+            return cond is None or Version(self.table.sglang_version) in SpecifierSet(cond)
+        except InvalidVersion:
+            return True
+
     def run(self, allow: Collection[str]) -> None:
         rule = self.rule
-        specs = [self.spec("flags", f) for f in rule.flags]
+        found = [(f, self.spec("flags", f)) for f in rule.flags]
+        specs = [s for _, s in found if s is not None]
+        if found and not specs and self.acts_here():
+            # Other releases' spellings only: on this release the rule could never act.
+            raise self.fail("flags", resolve_flag(self.table, rule.flags[0])[1] or rule.flags[0])
         for flag, want in rule.conditions.flags:
             spec = self.spec("when.flags", flag)
             for value in want if isinstance(want, tuple) else ():
-                if not _fits(spec, value):
+                if spec is not None and not _fits(spec, value):
                     raise self.fail(f"when.flags.{flag}",
                                     f"{value!r} is not a choice of {flag}")
         if rule.action not in FLAG_ACTIONS:
             return
-        for spec in specs:
-            if is_denied(spec.canonical) and spec.canonical not in allow:
-                raise self.fail("flags", f"{spec.canonical} is on the deny list: no rule may "
+        for flag, spec in found:
+            name = spec.canonical if spec is not None else flag
+            if is_denied(name) and name not in allow:
+                raise self.fail("flags", f"{name} is on the deny list: no rule may "
                                 "change it unless the guard config names it in "
                                 "[rules] allow_set")
         for value in rule.values or ():
             if specs and not any(_fits(s, value) for s in specs):
                 raise self.fail("values", f"{value!r} is not a choice of "
-                                f"{' / '.join(rule.flags)}")
+                                f"{' / '.join(s.canonical for s in specs)}")
         if rule.action == "drop_flag":
             return
         for spec in specs:
@@ -142,8 +158,19 @@ class _RuleCheck:
                             f"({', '.join(spec.choices or ())})")
 
 
-def check_pack(pack: RulePack, table: OptionTable, allow: Collection[str] = ()) -> RulePack:
-    """`pack` itself when every rule fits `table`'s release; else a ConfigError."""
+def _nowhere(flag: str) -> bool:
+    return False
+
+
+def check_pack(pack: RulePack, table: OptionTable, allow: Collection[str] = (),
+               elsewhere: Callable[[str], bool] | None = None) -> RulePack:
+    """`pack` itself when every rule fits `table`'s release; else a ConfigError.
+
+    `elsewhere` (is this the canonical spelling of another shipped release?) admits a flag
+    of another release next to this release's own spelling (`plan_fix` takes the first one the
+    running parser knows), never instead of it, unless the rule's `when.sglang` keeps it off
+    this release.
+    """
     try:
         holds = Version(table.sglang_version) in SpecifierSet(pack.sglang_versions)
     except InvalidVersion:
@@ -154,7 +181,7 @@ def check_pack(pack: RulePack, table: OptionTable, allow: Collection[str] = ()) 
                           f"{table.sglang_version}, whose options this guard checks "
                           f"(pack {pack.name!r})")
     for rule in pack.rules:
-        _RuleCheck(pack, rule, table).run(allow)
+        _RuleCheck(pack, rule, table, elsewhere or _nowhere).run(allow)
     return pack
 
 

@@ -20,7 +20,8 @@ from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
 
 # "advice": no automatic action; the guard shows the rule's explanation and solutions.
-ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "advice")
+ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit",
+           "advice")
 FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 SCALE = "scale:"
 

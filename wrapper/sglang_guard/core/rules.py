@@ -60,6 +60,8 @@ class MatchContext:
     # The parser of the release that runs: a fix it would reject (an option that release
     # lacks, a value outside its choices) is never planned; the next rule is tried instead.
     options: OptionTable | None = None
+    # The flag the guard's own last fix changed (None: no fix since the last ready launch).
+    last_edit_flag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +227,17 @@ def first_fix(
                 exhausted.append(rule)
             continue
         if chosen is None:
-            chosen = plan_fix(rule, ctx)
+            chosen = _undo(rule, ctx, line) if rule.action == "undo_guard_edit" \
+                else plan_fix(rule, ctx)
     return chosen, tuple(exhausted)
+
+
+def _undo(rule: Rule, ctx: MatchContext, line: str) -> Fix | None:
+    """Undo the guard's last fix when the parser's rejection names the flag it changed."""
+    flag = ctx.last_edit_flag
+    if flag is None or not _conditions_hold(rule.conditions, ctx) or flag not in line:
+        return None
+    return Fix(rule, "undo_guard_edit", flag, ctx.flags.get(flag), None)
 
 
 def advice_for(matcher: Matcher, line: str, ctx: MatchContext) -> tuple[Rule, ...]:
