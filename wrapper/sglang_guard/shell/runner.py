@@ -119,9 +119,9 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     journal = open_journal(opts.state_dir)
     prefix = launch_prefix(cfg, opts.python)
     release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
-                              python=None if cfg.sglang.launch else prefix[0])
-    get_logger().info("sglang.release", version=release.version, source=release.source,
-                      table=release.tables.release, origin=release.tables.origin)
+                              python=None if cfg.sglang.launch else prefix[0],
+                              unknown_why="[sglang] launch names no interpreter to read; "
+                                          "set [sglang] version")
     preflight = Preflight(opts.state_dir, opts.preflight, journal, release)
     first = preflight(cfg, opts.argv)
     env = Env(options=first.options, matcher=Matcher(load_packs(cfg, first.options)),
@@ -132,6 +132,8 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                         argv_from_cli=None if opts.argv_from_config else opts.argv)
     rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env, reload=reloader.reload,
                  watch=watched_files(cfg, first))
+    get_logger().info("sglang.release", version=release.version, source=release.source,
+                      table=release.tables.release, origin=release.tables.origin)
     return run_supervisor(rt, first.cl, journal)
 
 
