@@ -267,3 +267,10 @@ def test_the_cli_serves_the_port_while_it_runs_and_frees_it(
 def _ready_scrape(address: tuple[str, int]) -> Samples | None:
     m = scrape(address)
     return m if value(m, "sglang_guard_ready") == 1 else None
+
+
+def test_a_record_the_fold_cannot_read_never_stops_the_loop(board: StatusBoard) -> None:
+    board.record({"event": "child.start", "gen": "not a number"})  # a bug's shape
+    board.record({"event": "backoff", "delay_s": None})
+    board.record({"event": "ready", "gen": 1})
+    assert board.snapshot().ready

@@ -73,6 +73,7 @@ class StatusBoard:
         self._version: str | None = None
         self._steps = 0
         self.address: tuple[str, int] | None = None  # where the port listens, once it does
+        self._failed = False
 
     # -- the loop's hooks (shell.observer.Observer) ------------------------------------------
 
@@ -85,7 +86,7 @@ class StatusBoard:
 
     def step(self, state: State, env: Env, actions: Sequence[Action]) -> None:
         """The machine stepped: phase, Stop causes, and the rule packs' labels at zero."""
-        with self._lock:
+        with self._lock, self._never_raise("step"):
             snap = self._snap
             for action in actions:
                 if isinstance(action, Stop):
@@ -98,12 +99,13 @@ class StatusBoard:
                     ("log", rule.id, flag, rule.action) for rule in env.matcher.rules
                     if rule.action in ("drop_flag", "set_flag")
                     for flag in rule.flags)
+        with self._lock:  # /livez counts loop steps, whatever the fold made of this one
             self._steps += 1
             self._lock.notify_all()
 
     def record(self, record: Mapping[str, Any]) -> None:
         """Fold one journal record in; count it."""
-        with self._lock:
+        with self._lock, self._never_raise("record"):
             snap, counts = model.on_record(self._snap, record, time.monotonic(), time.time())
             self.metrics.count(counts)
             self._set(snap)
@@ -148,6 +150,17 @@ class StatusBoard:
         events.put(Tick(LIVEZ_TICK, -1))
         with self._lock:
             return self._lock.wait_for(lambda: self._steps > seen, timeout)
+
+    @contextlib.contextmanager
+    def _never_raise(self, hook: str) -> Iterator[None]:
+        """A bug in the status fold is logged once; it never stops supervising SGLang."""
+        try:
+            yield
+        except Exception as exc:  # the loop must go on, whatever this was
+            if not self._failed:
+                self._failed = True
+                get_logger().error("status.failed", hook=hook,
+                                   error=f"{type(exc).__name__}: {exc}")
 
     def _set(self, snap: model.Snapshot) -> None:
         self._snap = snap
