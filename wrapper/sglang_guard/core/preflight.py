@@ -16,6 +16,7 @@ from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.sizes import check_sizes, policy_action
 
 Action = Literal["drop", "rewrite", "refuse", "warn"]
 Verdict = Literal["ok", "remediated", "refused"]
@@ -65,8 +66,9 @@ def preflight(
     gpu: GpuFacts,
     policy: PolicyConfig,
     derived_dir: str,
+    allow_longer_context: bool = False,
 ) -> Decision:
-    """Check every backend flag of `cl` and apply the policy."""
+    """Check every backend flag of `cl`, then the sizes and combinations (core/sizes.py)."""
     warnings = [w for w in (model.warning, draft.warning if draft else None, gpu.warning) if w]
     warnings += list(gpu.notes)
     kv_dtype = cl.value("kv_cache_dtype")
@@ -91,6 +93,8 @@ def preflight(
             edits.append(Edit(dest, "drop"))
         elif finding.action == "rewrite":
             edits.append(Edit(dest, "set", finding.new_value))
+    _add_size_findings(cl, options, findings, edits, model=model, gpu=gpu, policy=policy,
+                       allow_longer_context=allow_longer_context)
     backend_dests = {options.spec(f).dest for f in BACKEND_FLAGS}
     for occ in cl.occurrences:
         if occ.problem and (occ.spec is None or occ.spec.dest not in backend_dests):
@@ -110,6 +114,28 @@ def preflight(
         derived_path=None if verdict == "refused" else result.derived_path,
         warnings=tuple(dict.fromkeys(warnings)),
     )
+
+
+def _add_size_findings(cl: CommandLine, options: OptionTable, findings: list[Finding],
+                       edits: list[Edit], *, model: ModelFacts, gpu: GpuFacts,
+                       policy: PolicyConfig, allow_longer_context: bool) -> None:
+    """The size and combination checks; a flag the backend checks already judged is skipped."""
+    judged = {f.flag for f in findings}
+    for item in check_sizes(cl, model, sm=_sm(gpu), allow_longer_context=allow_longer_context):
+        if item.flag in judged:
+            continue
+        judged.add(item.flag)
+        action = policy_action(policy, item)
+        reason = item.reason
+        if action == "warn":
+            reason += " (policy warn: launched unchanged)"
+        findings.append(Finding(flag=item.flag, value=item.value, action=action, new_value=None,
+                                reason=reason, kind=item.check.kind,
+                                source=f"{item.cited} (0.5.23; same rule in "
+                                       f"{item.check.releases})",
+                                sglang_message=item.sglang_message))
+        if action == "drop":
+            edits.append(Edit(options.spec(item.flag).dest, "drop"))
 
 
 def _sm(gpu: GpuFacts) -> int | None:
