@@ -1,8 +1,10 @@
 """Checks beyond the attention flags: sizes, context, quantization and speculative combinations.
 
-Pure: the command line and the model's shape in, `Finding`s out. Each check rests on one
-SGLang rule, cited as `sglang/...:LINE` of 0.5.23, and names the releases it holds for in
-`RELEASES` (read from the wheels; the per-release tables of issue 11 can take them over).
+Pure: the command line and the model's shape in, findings out. Each check rests on one
+SGLang rule, cited as `sglang/...:LINE` of 0.5.23 (for the argument-phase ones, the frame
+that raised on the H200 run), and names the releases whose wheels carry the same message
+(`Check.releases`, read from the 42 PyPI wheels 0.5.1-0.5.23; the per-release tables of
+issue 11 can take them over). Lists that changed between releases are 0.5.23's.
 Where only a person can choose the fix (a TP size, a context length), the finding refuses
 with the arithmetic; a flag is dropped only where SGLang's own default is known to fit.
 """
@@ -30,23 +32,24 @@ class Check:
 
 
 CONTEXT = Check("context_length", "args", "sglang/srt/configs/model_config.py:1314",
-                ">=0.5.10,<=0.5.23")
+                ">=0.5.1,<=0.5.23")
 QUANT_MISMATCH = Check("quantization", "args", "sglang/srt/configs/model_config.py:2143",
-                       ">=0.5.10,<=0.5.23")
+                       ">=0.5.1,<=0.5.23")  # the message; _COMPATIBLE below is 0.5.23's
 QUANT_UNKNOWN = Check("quantization", "args", "sglang/srt/configs/model_config.py:2152",
-                      ">=0.5.23,<=0.5.23")
+                      "==0.5.23")  # the message is in every 0.5.x; the method list is 0.5.23's
 GPT_OSS = Check("model_backend", "args", "sglang/srt/arg_groups/model_hook.py:537",
-                ">=0.5.20,<=0.5.23")
-SPEC_TRTLLM_TOPK = Check("speculative", "args", "sglang/srt/arg_groups/speculative_hook.py:1177",
-                         ">=0.5.20,<=0.5.23")
+                ">=0.5.13,<=0.5.23")  # this list; shorter lists since 0.5.1
+SPEC_TRTLLM_TOPK = Check("speculative", "args", "sglang/srt/arg_groups/speculative_hook.py:1178",
+                         ">=0.5.1,<=0.5.23")
 SPEC_PAGE_TOPK = Check("speculative", "args", "sglang/srt/arg_groups/speculative_hook.py:1278",
-                       ">=0.5.23,<=0.5.23")
+                       ">=0.5.13,<=0.5.23")
 CHUNKED_PAGE = Check("chunked_prefill_size", "args",
-                     "sglang/srt/arg_groups/validation_hook.py:244", ">=0.5.20,<=0.5.23")
+                     "sglang/srt/arg_groups/validation_hook.py:244",
+                     ">=0.5.1,<=0.5.23")  # the message; _FORCED_PAGE is 0.5.23's
 MOE_DENSE_TP = Check("moe_dense_tp_size", "args", "sglang/srt/arg_groups/validation_hook.py:207",
-                     ">=0.5.20,<=0.5.23")
-TP_NODES = Check("tp_size", "args", "sglang/srt/arg_groups/validation_hook.py:178",
-                 ">=0.5.20,<=0.5.23")
+                     ">=0.5.13,<=0.5.23")
+TP_NODES = Check("tp_size", "args", "sglang/srt/arg_groups/validation_hook.py:179",
+                 ">=0.5.1,<=0.5.23")
 TP_HEADS = Check("tp_size", "model_init", "sglang/srt/models/<model>.py (_HEAD_SPLIT_ARCHS)",
                  ">=0.5.1,<=0.5.23")
 FP8_DENSE = Check("fp8_block", "model_init", "sglang/srt/layers/quantization/fp8.py:605",
