@@ -85,6 +85,8 @@ def test_quantization_that_contradicts_the_checkpoint_is_dropped(options: Option
     (QWEN2_FP8, "fp8"),            # the checkpoint's own method
     (QWEN2_FP8, "modelopt_fp4"),   # compatible_quantization_methods: modelopt_fp4 over fp8
     (QWEN2_FP8, "quark_mxfp4"),    # REQUANTIZATION_METHODS
+    (QWEN2_FP8, "humming"),        # humming.py:503 takes a non-mxfp4 checkpoint over
+    (QWEN2_FP8, "modelopt"),       # the ModelOpt hook may, with a quant_algo
     (LLAMA, "fp8"),                # online quantization of a bf16 checkpoint
     (LLAMA, "awq"),
 ])

@@ -78,9 +78,13 @@ _COMPATIBLE = {"modelopt_fp8": ("modelopt",), "modelopt_fp4": ("modelopt", "fp8"
                "w8a8_fp8": ("compressed-tensors", "compressed_tensors"),
                "auto-round-int8": ("compressed-tensors", "compressed_tensors")}
 _REQUANTIZATION = ("quark_mxfp4",)
-# Checkpoint methods whose mismatch verdict the H200 run confirmed (no method's
-# override_quantization_method rewrites them for the flags tried); others are not judged.
+# Checkpoint methods judged here (the H200 run confirmed their verdicts); others are not.
 _JUDGED_CHECKPOINTS = ("fp8", "mxfp4")
+# CLI methods whose override_quantization_method hook can take such a checkpoint over
+# (model_config.py:2087-2096 asks every method): humming.py:503 for anything but mxfp4,
+# and the ModelOpt hook (base_config.py:223) for --quantization modelopt with a
+# quant_algo. Never judged, so never dropped.
+_OVERRIDE_HOOKS = {"fp8": ("humming", "modelopt"), "mxfp4": ("modelopt",)}
 # get_min_capability() of the methods' configs (sglang/srt/layers/quantization/*.py, 0.5.23).
 # Only methods whose config class was read; fp8's depends on the platform and is left out.
 MIN_SM = {"w8a8_fp8": 89,        # w8a8_fp8.py:67
@@ -190,7 +194,7 @@ def _quantization(cl: CommandLine, shape: ModelShape | None, sm: int | None) -> 
     if asked is not None:
         q = asked.lower()
         if ckpt in _JUDGED_CHECKPOINTS and q != ckpt and q not in _REQUANTIZATION \
-                and ckpt not in _COMPATIBLE.get(q, ()):
+                and ckpt not in _COMPATIBLE.get(q, ()) and q not in _OVERRIDE_HOOKS[ckpt]:
             return [SizeFinding(
                 QUANT_MISMATCH, "--quantization", asked,
                 f"the checkpoint is quantized with {ckpt} (config.json quantization_config) "
