@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.preflight import Decision, Finding
 from sglang_guard.core.sizes import phase_of
 from sglang_guard.shell.inputs import decide, gather
+from sglang_guard.shell.whichrelease import Release, resolve_release
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RECORD = DATA / "h200-conformance-0.5.23.jsonl"
@@ -62,9 +64,14 @@ def _shared_cache(monkeypatch: pytest.MonkeyPatch, facts_cache: Path) -> Iterato
     yield
 
 
+@cache
+def _release() -> Release:
+    return resolve_release(version="0.5.23", version_source="the H200 record", python=None)
+
+
 def _decide(row: dict[str, Any]) -> Decision:
     argv = [a.replace("{models}", str(MODELS)) for a in row["argv"]]
-    return decide(gather(argv, "90"), PolicyConfig(), str(MODELS.parent / "no-state"))
+    return decide(gather(argv, "90", _release()), PolicyConfig(), str(MODELS.parent / "no-state"))
 
 
 def _phase(compat: CompatTable, f: Finding) -> str:

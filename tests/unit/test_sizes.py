@@ -13,7 +13,7 @@ from sglang_guard.core.facts import GpuFacts, ModelFacts, ModelShape
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.preflight import Decision, preflight
-from sglang_guard.core.sizes import CHECKS, SizeFinding, check_sizes
+from sglang_guard.core.sizes import CHECKS, SizeFinding, check_sizes, holds_for
 from sglang_guard.shell.modelprobe import resolve_model
 
 FP8 = (128, 128)
@@ -187,7 +187,7 @@ def test_a_size_is_refused_never_rewritten(options: OptionTable) -> None:
     assert d.verdict == "refused" and d.argv_out == d.argv_in
     assert [(f.flag, f.action, f.kind) for f in d.findings] == [
         ("--tp-size", "refuse", "fp8_block")]
-    assert "fp8.py:1588 (0.5.23; same rule in" in (d.findings[0].source or "")
+    assert "fp8.py:1588 (line of 0.5.23; the same rule in" in (d.findings[0].source or "")
     warned = _decide(options, QWEN3_MOE_FP8, "--tp", "4", policy=PolicyConfig("warn"))
     assert warned.verdict == "ok" and warned.findings[0].action == "warn"
 
@@ -209,3 +209,12 @@ def test_modelprobe_reads_the_shape_and_caches_it(tmp_path: Path) -> None:
     llama = resolve_model(str(models / "llama3-8b"), use_cache=False)
     assert llama.shape is not None and llama.shape.context_length == 131072  # llama3 rope
     assert llama.shape.quant_method is None
+
+
+def test_a_release_outside_a_checks_range_is_not_judged_by_it(options: OptionTable) -> None:
+    cl = parse_command_line(["--model-path", "/m", "--tp", "8", "--moe-dense-tp-size", "2"],
+                            options)
+    assert check_sizes(cl, LLAMA, sm=90, release="0.5.23")
+    assert not check_sizes(cl, LLAMA, sm=90, release="0.5.10")  # message since 0.5.13
+    assert [holds_for(c, "0.5.1") for c in CHECKS].count(True) >= 9
+    assert not any(holds_for(c, "not-a-version") for c in CHECKS)

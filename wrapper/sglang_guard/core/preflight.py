@@ -16,7 +16,9 @@ from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.renames import RenameFinding
 from sglang_guard.core.sizes import check_sizes, policy_action
+from sglang_guard.core.spelling import new_tokens, respell
 
 Action = Literal["drop", "rewrite", "refuse", "warn"]
 Verdict = Literal["ok", "remediated", "refused"]
@@ -71,8 +73,14 @@ def preflight(
     """Check every backend flag of `cl`, then the sizes and combinations (core/sizes.py)."""
     warnings = [w for w in (model.warning, draft.warning if draft else None, gpu.warning) if w]
     warnings += list(gpu.notes)
+    original = cl
+    spelled = respell(cl, options, policy)  # the release's own spelling of renamed flags
+    cl = spelled.cl
+    warnings += list(spelled.warnings)
+    findings: list[Finding] = [_renamed(f, "refuse") for f in spelled.refused]
+    findings += [_renamed(f, "drop" if f.action == "drop" else "rewrite")
+                 for f in spelled.changes]
     kv_dtype = cl.value("kv_cache_dtype")
-    findings: list[Finding] = []
     edits: list[Edit] = []
     for flag in BACKEND_FLAGS:
         dest = options.spec(flag).dest
@@ -103,12 +111,12 @@ def preflight(
     verdict: Verdict = "ok"
     if any(f.action == "refuse" for f in findings):
         verdict = "refused"
-    elif result.argv != cl.argv or result.derived_yaml is not None:
+    elif result.argv != original.argv or result.derived_yaml is not None:
         verdict = "remediated"
     return Decision(
         verdict=verdict,
-        argv_in=cl.argv,
-        argv_out=cl.argv if verdict == "refused" else result.argv,
+        argv_in=original.argv,
+        argv_out=original.argv if verdict == "refused" else result.argv,
         findings=tuple(findings),
         derived_yaml=None if verdict == "refused" else result.derived_yaml,
         derived_path=None if verdict == "refused" else result.derived_path,
@@ -121,7 +129,8 @@ def _add_size_findings(cl: CommandLine, options: OptionTable, findings: list[Fin
                        policy: PolicyConfig, allow_longer_context: bool) -> None:
     """The size and combination checks; a flag the backend checks already judged is skipped."""
     judged = {f.flag for f in findings}
-    for item in check_sizes(cl, model, sm=_sm(gpu), allow_longer_context=allow_longer_context):
+    for item in check_sizes(cl, model, sm=_sm(gpu), allow_longer_context=allow_longer_context,
+                            release=options.sglang_version):
         if item.flag in judged:
             continue
         judged.add(item.flag)
@@ -131,11 +140,18 @@ def _add_size_findings(cl: CommandLine, options: OptionTable, findings: list[Fin
             reason += " (policy warn: launched unchanged)"
         findings.append(Finding(flag=item.flag, value=item.value, action=action, new_value=None,
                                 reason=reason, kind=item.check.kind,
-                                source=f"{item.cited} (0.5.23; same rule in "
+                                source=f"{item.cited} (line of 0.5.23; the same rule in "
                                        f"{item.check.releases})",
                                 sglang_message=item.sglang_message))
         if action == "drop":
             edits.append(Edit(options.spec(item.flag).dest, "drop"))
+
+
+def _renamed(f: RenameFinding, action: Action) -> Finding:
+    """A rename (or removal) the release made, as a finding."""
+    new = " ".join(new_tokens(f)) or None
+    return Finding(flag=f.flag, value=f.value, action=action, new_value=new, reason=f.reason,
+                   kind="renamed" if f.action == "rename" else "removed", source=f.source)
 
 
 def _sm(gpu: GpuFacts) -> int | None:

@@ -14,6 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.facts import ModelFacts, ModelShape
 from sglang_guard.core.guardconfig import PolicyConfig
@@ -138,9 +141,27 @@ class SizeFinding:
         return self.source or self.check.source
 
 
+def holds_for(check: Check, release: str | None) -> bool:
+    """True when the release's source has the check's rule (None: the 0.5.23 the rules cite)."""
+    if release is None:
+        return True
+    try:
+        return Version(release) in SpecifierSet(check.releases)
+    except InvalidVersion:
+        return False
+
+
 def check_sizes(cl: CommandLine, model: ModelFacts, *, sm: int | None,
-                allow_longer_context: bool = False) -> list[SizeFinding]:
-    """Every size/combination rule the command line breaks, argument-phase ones first."""
+                allow_longer_context: bool = False,
+                release: str | None = None) -> list[SizeFinding]:
+    """Every size/combination rule the command line breaks that `release` has, argument-phase
+    ones first; a release outside a check's range is not judged by it."""
+    return [f for f in _all_checks(cl, model, sm=sm, allow_longer_context=allow_longer_context)
+            if holds_for(f.check, release)]
+
+
+def _all_checks(cl: CommandLine, model: ModelFacts, *, sm: int | None,
+                allow_longer_context: bool) -> list[SizeFinding]:
     shape = model.shape
     found: list[SizeFinding] = []
     found += _context(cl, shape, allow_longer_context)
