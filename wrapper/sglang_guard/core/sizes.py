@@ -374,8 +374,11 @@ def _fp8_blocks(arch: str, shape: ModelShape, tp: int, dense_tp: int | None) -> 
         arch in _DENSE_AND_MOE_ARCHS and (shape.first_k_dense_replace or 0) > 0)
     if has_dense and dense is not None and dense_split > 1 and (dense // dense_split) % block_n:
         part = dense // dense_split
-        fix = (" or add --moe-dense-tp-size 1 (SGLang's own switch for this: \"TP size for MoE "
-               "dense MLP layers\", srt/arg_groups/fields/parallel.py:292)"
+        # deepseek_v2.py:2665: the dense MLP is "replicated" when moe_dense_tp_size == 1
+        # (layer_boundary/layout.py:84), else split over TP; the flag's help says it is for
+        # exactly this (arg_groups/fields/parallel.py:292).
+        fix = (" or add --moe-dense-tp-size 1 (SGLang's own switch for this: it keeps the "
+               "dense MLP layers whole on each rank, deepseek_v2.py:2665)"
                if arch in _DENSE_AND_MOE_ARCHS else "")
         out.append(SizeFinding(
             FP8_DENSE, "--tp-size", str(tp),
