@@ -33,7 +33,7 @@ from integration.test_supervisor import (
     wait_for,
 )
 from sglang_guard.core.machine import READY_LINE
-from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
 from sglang_guard.shell.ports import free_port
 
 from .conftest import GuardRun
@@ -141,3 +141,42 @@ def test_state_dir_fills_up_mid_run_supervision_goes_on(
     events = [r["event"] for r in journal_events(state)]
     assert events[:2] == ["child.start", "ready"]
     assert events[-1] == "guard.exit"
+
+
+def test_a_second_guard_on_the_same_state_dir_exits_2_and_leaves_the_first_alone(
+        tmp_path: Path, pack: Path, start_guard: type[GuardRun]) -> None:
+    state = tmp_path / "state"
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    with HealthServer() as server:
+        config = guard_toml(tmp_path, launcher, pack, stop_grace_s=0.5)
+        first = start_guard(tmp_path, config, argv_for(server.port), state)
+        wait_for(lambda: count(state, "ready") >= 1, what="the first guard's server ready")
+        second = start_guard(tmp_path / "second", config, argv_for(server.port), state)
+        code, _, err = second.wait(30)
+        assert code == EXIT_USAGE, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert str(state) in lines[0] and f"pid {first.proc.pid}" in lines[0], lines[0]
+        # the first guard's server was not touched: still one launch, still running
+        assert first.proc.poll() is None
+        assert len(launcher.argvs()) == 1
+        assert "orphans.stopped" not in [r["event"] for r in journal_events(state)]
+        first.proc.send_signal(signal.SIGTERM)
+        code, _, err = first.wait(30)
+    assert code == EXIT_OK, err
+    assert leftovers(launcher) == []
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+def test_a_state_dir_others_may_write_is_refused_with_one_line(
+        tmp_path: Path, pack: Path, start_guard: type[GuardRun], mode: int) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(mode)
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    run = start_guard(tmp_path, guard_toml(tmp_path, launcher, pack), argv_for(free_port()),
+                      state)
+    code, _, err = run.wait(30)
+    assert code == EXIT_USAGE, err
+    assert err.count("\n") == 1 and "writable by other users" in err and str(state) in err, err
+    assert launcher.argvs() == []  # nothing launched

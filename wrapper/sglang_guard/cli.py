@@ -102,12 +102,15 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
 
     Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
     """
-    from sglang_guard.shell.inputs import decide, default_state_dir, gather  # noqa: PLC0415
+    from sglang_guard.shell.inputs import decide, gather  # noqa: PLC0415
+    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
-    inputs = gather(sglang_args(cfg, args), cfg.gpu_sm)
-    decision = decide(inputs, cfg.policy, state_dir or cfg.state_dir or default_state_dir())
+    argv = sglang_args(cfg, args)
+    inputs = gather(argv, cfg.gpu_sm)
+    decision = decide(inputs, cfg.policy,
+                      state_dir or cfg.state_dir or default_run_state_dir(argv))
     if as_json:
         click.echo(json.dumps(decision_json(decision, inputs), indent=2))
     else:
@@ -119,8 +122,9 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
 @_common
 @click.option("--python", "python", default=None, metavar="PATH",
               help="Interpreter that runs `-m sglang.launch_server` (default: this one).")
-@click.option("--state-dir", default=None, help="Journal and derived configs (default: "
-              "$SGLANG_GUARD_STATE_DIR, else ~/.local/state/sglang-guard).")
+@click.option("--state-dir", default=None, help="Journal and derived configs, one guard per "
+              "dir (default: $SGLANG_GUARD_STATE_DIR, else $XDG_STATE_HOME or ~/.local/state, "
+              "or /var/lib for root, then sglang-guard/port-<--port>).")
 @click.option("--no-preflight", is_flag=True, help="Skip preflight: only the log rules act.")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -135,9 +139,9 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     2 for bad usage or input.
     """
     from sglang_guard.shell import logsetup  # noqa: PLC0415
-    from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
-    from sglang_guard.shell.runner import run as run_guard  # noqa: PLC0415
+    from sglang_guard.shell.session import run_guarded  # noqa: PLC0415
+    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
     logsetup.configure(log_format or cfg.log_format)
@@ -145,11 +149,12 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     def overrides(fresh: GuardConfig) -> GuardConfig:
         return with_overrides(fresh, policy, gpu_sm)
 
-    opts = RunOptions(argv=tuple(sglang_args(cfg, args)), python=python,
-                      state_dir=state_dir or cfg.state_dir or default_state_dir(),
+    argv = tuple(sglang_args(cfg, args))
+    opts = RunOptions(argv=argv, python=python,
+                      state_dir=state_dir or cfg.state_dir or default_run_state_dir(argv),
                       preflight=not no_preflight, argv_from_config=not args,
                       overrides=overrides)
-    sys.exit(run_guard(cfg, opts))
+    sys.exit(run_guarded(cfg, opts))
 
 
 @main.command()
