@@ -8,10 +8,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sglang_guard.core.argv import CommandLine, find_config_path, parse_command_line
+from sglang_guard.core.argv import (
+    CommandLine,
+    find_config_path,
+    parse_command_line,
+    remote_code_trust,
+)
 from sglang_guard.core.compat import CompatTable, load_default_table
 from sglang_guard.core.edits import dump_yaml
-from sglang_guard.core.facts import GpuFacts, ModelFacts
+from sglang_guard.core.facts import GpuFacts, ModelFacts, with_warning
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision, preflight
@@ -71,7 +76,7 @@ def gather(argv: Sequence[str], gpu_sm: str, *, isolate: bool = False) -> Inputs
     model_path = cl.value("model_path")
     if not model_path:
         raise InputError("the SGLang command line has no --model-path")
-    trust = cl.present("trust_remote_code")
+    trust, distrust = remote_code_trust(cl)
     overrides = cl.value("json_model_override_args")
     model = resolve_model(model_path, revision=cl.value("revision"),
                           trust_remote_code=trust, override_args=overrides, isolate=isolate)
@@ -84,6 +89,7 @@ def gather(argv: Sequence[str], gpu_sm: str, *, isolate: bool = False) -> Inputs
             trust_remote_code=trust, override_args=overrides, is_draft=True,
             isolate=isolate,
         )
+    model = with_warning(model, distrust)
     return Inputs(cl, options, load_default_table(), model, draft, resolve_gpu(gpu_sm))
 
 

@@ -220,10 +220,15 @@ def _auto_config(
             path, trust_remote_code=trust_remote_code, revision=revision
         )
     except (ValueError, KeyError, OSError) as exc:
-        # A model_type transformers does not know (SGLang registers its own config classes
-        # for those) or remote code the command did not allow: read the plain fields.
-        config = PretrainedConfig.from_dict(json.loads(raw))
         first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        if not trust_remote_code and _needs_remote_code(raw):
+            # SGLang would not run that code either: nothing here says what it would build.
+            return (), _model_type(raw), {}, (
+                f"{path} needs its own code (auto_map) to load, and remote code is not "
+                f"trusted ({first}): architecture checks skipped")
+        # A model_type transformers does not know (SGLang registers its own config classes
+        # for those): read the plain fields.
+        config = PretrainedConfig.from_dict(json.loads(raw))
         warning = f"AutoConfig could not load it ({first}); read config.json as-is"
     for key, value in overrides.items():  # mirrors sglang get_config's override merge
         current = getattr(config, key, None)
@@ -239,6 +244,21 @@ def _auto_config(
     wanted = {r.field for r in table.rules if r.field}
     fields = {f: _get(text, f) for f in wanted if _has(text, f)}
     return archs, getattr(config, "model_type", None), fields, warning
+
+
+def _needs_remote_code(raw: bytes) -> bool:
+    with contextlib.suppress(ValueError):
+        data = json.loads(raw)
+        return isinstance(data, dict) and bool(data.get("auto_map"))
+    return False
+
+
+def _model_type(raw: bytes) -> str | None:
+    with contextlib.suppress(ValueError):
+        data = json.loads(raw)
+        if isinstance(data, dict) and isinstance(data.get("model_type"), str):
+            return str(data["model_type"])
+    return None
 
 
 def _text_config(config: Any, archs: tuple[str, ...]) -> Any:
