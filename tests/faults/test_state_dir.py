@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,7 +111,12 @@ def test_journal_on_dev_full_supervision_goes_on(
         tmp_path: Path, pack: Path, start_guard: type[GuardRun]) -> None:
     state = tmp_path / "state"
     state.mkdir()
-    (state / "journal.jsonl").symlink_to("/dev/full")
+    # /dev/full's own device node, not a symlink to it: the journal is opened O_NOFOLLOW
+    full = Path("/dev/full").stat()
+    try:
+        os.mknod(state / "journal.jsonl", stat.S_IFCHR | 0o600, full.st_rdev)
+    except PermissionError as exc:
+        pytest.skip(f"cannot make a device node here (needs CAP_MKNOD): {exc}")
     err, _ = _fix_survives(tmp_path, pack, state, start_guard, lambda: None)
     assert err.count('"journal.write_failed"') == 1, err  # said once, not per event
     assert "No space left on device" in err
@@ -180,3 +186,24 @@ def test_a_state_dir_others_may_write_is_refused_with_one_line(
     assert code == EXIT_USAGE, err
     assert err.count("\n") == 1 and "writable by other users" in err and str(state) in err, err
     assert launcher.argvs() == []  # nothing launched
+
+
+def test_planted_symlinks_in_the_state_dir_are_never_written_through(
+        tmp_path: Path, pack: Path, start_guard: type[GuardRun]) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (state / "journal.jsonl").symlink_to(victim)
+    (state / "child.pgid").symlink_to(victim)
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    with HealthServer() as server:
+        run = start_guard(tmp_path, guard_toml(tmp_path, launcher, pack, stop_grace_s=0.3),
+                          argv_for(server.port), state)
+        wait_for(lambda: b"fired up" in run.stdout_path.read_bytes(), what="ready line")
+        run.proc.send_signal(signal.SIGTERM)
+        code, _, err = run.wait(30)
+    assert code == EXIT_OK, err
+    assert victim.read_text() == "precious\n"
+    assert "journal.unavailable" in err  # said once; supervision went on without it
+    assert not [p for p in state.iterdir() if p.name.endswith(".tmp")]

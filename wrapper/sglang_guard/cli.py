@@ -167,15 +167,17 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
 @guarded
 def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str) -> None:
     """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix."""
+    from sglang_guard.core.redact import redact_text, redact_value  # noqa: PLC0415
     from sglang_guard.shell.explain import explain_log  # noqa: PLC0415
 
     cfg = load_config(config_path, None, None)
     matches = explain_log(logfile, cfg)
-    if as_json:
-        click.echo(json.dumps({"matches": [m.as_dict() for m in matches]}, indent=2))
+    if as_json:  # log lines are masked like the guard's own output: a log may carry keys
+        click.echo(json.dumps({"matches": [redact_value(m.as_dict()) for m in matches]},
+                              indent=2))
         return
     if not matches:
         click.echo("no rule matches this log")
         return
     for m in matches if show_all else matches[:1]:
-        click.echo(m.render())
+        click.echo(redact_text(m.render()))

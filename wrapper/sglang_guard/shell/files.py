@@ -81,3 +81,19 @@ def write_atomic(path: str | Path, text: str, mode: int = 0o644) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def write_private(path: str | Path, text: str, like: str | Path | None = None) -> None:
+    """`write_atomic` for files that may hold secrets: 0600 (or `like`'s mode if stricter).
+
+    The parent (the guard's own `derived/` dir) is made 0700. A derived SGLang YAML is a copy
+    of the user's, `api-key:` and all.
+    """
+    target = Path(path)
+    target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    target.parent.chmod(0o700)
+    mode = 0o600
+    if like is not None:
+        with contextlib.suppress(OSError):
+            mode &= Path(like).stat().st_mode
+    write_atomic(target, text, mode)

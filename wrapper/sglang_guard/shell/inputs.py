@@ -21,7 +21,7 @@ from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision, preflight
 from sglang_guard.errors import InputError
-from sglang_guard.shell.files import NotARegularFileError, read_text, write_atomic
+from sglang_guard.shell.files import NotARegularFileError, read_text, write_private
 from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.modelprobe import resolve_model
 
@@ -117,7 +117,7 @@ def write_derived(decision: Decision) -> None:
         return
     target = Path(decision.derived_path)
     try:
-        write_atomic(target, dump_yaml(decision.derived_yaml))
+        write_private(target, dump_yaml(decision.derived_yaml), find_config_path(decision.argv_in))
     except OSError as exc:
         raise InputError(
             f"cannot write the derived SGLang config {target}: {exc.strerror}"

@@ -18,14 +18,12 @@ sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
 
 import structlog  # noqa: E402 - must follow the line above
 
-from sglang_guard.core.redact import redact_text  # noqa: E402 - after the rich marker
+from sglang_guard.core.redact import redact_record  # noqa: E402 - after the rich marker
 
 
 def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Mask secrets in every string value before it is rendered."""
-    for key, value in event.items():
-        if isinstance(value, str):
-            event[key] = redact_text(value)
+    """Mask secrets in every value (nested too) before it is rendered, as the journal does."""
+    event.update(redact_record(event))
     return event
 
 

@@ -40,7 +40,7 @@ from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.shell import health, orphans, ports, stopsignals
 from sglang_guard.shell.child import Child
-from sglang_guard.shell.files import write_atomic
+from sglang_guard.shell.files import write_private
 from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
@@ -306,7 +306,7 @@ class Supervisor:
         from sglang_guard.core.edits import dump_yaml  # noqa: PLC0415
 
         try:
-            write_atomic(target, dump_yaml(cl.yaml_data))
+            write_private(target, dump_yaml(cl.yaml_data))
         except OSError as exc:
             raise ConfigError(str(derived), None, "cannot write the derived SGLang config "
                               f"({exc.strerror or exc})") from None
