@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast, get_args
 
 from sglang_guard.core.compat import BACKEND_FLAGS
+from sglang_guard.core.limits import toml_loads
 from sglang_guard.errors import ConfigError, InputError
 
 PolicyMode = Literal["drop", "rewrite", "fail", "warn"]
@@ -115,7 +116,7 @@ def with_overrides(cfg: GuardConfig, policy: str | None, gpu_sm: str | None,
 def parse_guard_config(text: str, path: str) -> GuardConfig:
     """Parse and validate the TOML text of a guard config."""
     try:
-        data = tomllib.loads(text)
+        data = toml_loads(text)  # tomllib.loads with size/depth limits
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, f"not valid TOML: {exc}") from exc
     allowed = {"sglang", "policy", "restart", "health", "rules", "state", "gpu", "log"}

@@ -17,6 +17,7 @@ import re2
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from sglang_guard.core.facts import ATTENTION_ARCHS
+from sglang_guard.core.limits import toml_loads
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
 
@@ -268,7 +269,7 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
 def parse_pack(text: str, path: str) -> RulePack:
     """Parse and validate a rule pack; every problem is a ConfigError naming path and key."""
     try:
-        doc = tomllib.loads(text)
+        doc = toml_loads(text)  # tomllib.loads with size/depth limits
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, f"not valid TOML: {exc}") from None
     head = _Checker(path, "pack", doc.get("pack", {}))

@@ -18,6 +18,7 @@ from sglang_guard.core.compat import CompatTable, load_default_table
 from sglang_guard.core.edits import dump_yaml
 from sglang_guard.core.facts import GpuFacts, ModelFacts, with_warning
 from sglang_guard.core.guardconfig import PolicyConfig
+from sglang_guard.core.limits import yaml_safe_load
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision, preflight
 from sglang_guard.errors import InputError
@@ -51,7 +52,7 @@ def load_yaml(path: str) -> dict[str, Any]:
     import yaml  # noqa: PLC0415 - only command lines with --config need it (1 MiB resident)
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml_safe_load(text)  # size, depth and alias limits (core/limits.py)
     except yaml.YAMLError as exc:
         first = str(exc).replace("\n", " ")
         raise InputError(f"--config {path}: not valid YAML ({first})") from None

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
 from sglang_guard.core.facts import ModelFacts
+from sglang_guard.core.limits import MAX_JSON_BYTES, LimitError, check_json
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
 from sglang_guard.shell.files import read_bytes, write_atomic
@@ -41,6 +42,10 @@ def parse_overrides(override_args: str | None) -> dict[str, Any]:
     """`--json-model-override-args` as a dict (SGLang json.loads it the same way)."""
     if not override_args:
         return {}
+    try:
+        check_json(override_args, "--json-model-override-args")
+    except LimitError as exc:
+        raise InputError(str(exc)) from None
     try:
         data = json.loads(override_args)
     except ValueError as exc:
@@ -113,7 +118,8 @@ def _resolve_in_subprocess(path: str, revision: str | None, trust: bool,
     try:
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise ModelError(f"resolving {path!r} failed: {proc.stderr.strip()[-300:]}") from None
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise ModelError(f"resolving {path!r} failed: {last[-300:]}") from None
     if "error" in answer:
         raise ModelError(answer["error"])
     return ModelFacts(path, tuple(answer["architectures"]), answer["attention_arch"],
@@ -129,6 +135,9 @@ def _main() -> None:
                               override_args=req["override_args"], is_draft=req["is_draft"])
     except InputError as exc:
         print(json.dumps({"error": str(exc)}))
+        return
+    except Exception as exc:
+        print(json.dumps({"error": f"resolving {req['path']!r} failed: {_first_line(exc)}"}))
         return
     print(json.dumps({"architectures": list(facts.architectures),
                       "attention_arch": facts.attention_arch,
@@ -151,9 +160,13 @@ def _read_local_config(local: Path) -> bytes | None:
             return None
         raise ModelError(f"model directory {str(local)!r} has no config.json")
     try:
-        raw = read_bytes(cfg)
+        raw = read_bytes(cfg, limit=MAX_JSON_BYTES)
     except OSError as exc:
         raise ModelError(f"cannot read {cfg}: {exc.strerror}") from exc
+    try:
+        check_json(raw, str(cfg))
+    except LimitError as exc:
+        raise ModelError(str(exc)) from None
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -220,7 +233,7 @@ def _auto_config(
             path, trust_remote_code=trust_remote_code, revision=revision
         )
     except (ValueError, KeyError, OSError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
+        first = _first_line(exc)
         if not trust_remote_code and _needs_remote_code(raw):
             # SGLang would not run that code either: nothing here says what it would build.
             return (), _model_type(raw), {}, (
@@ -230,6 +243,11 @@ def _auto_config(
         # for those): read the plain fields.
         config = PretrainedConfig.from_dict(json.loads(raw))
         warning = f"AutoConfig could not load it ({first}); read config.json as-is"
+    except Exception as exc:
+        # (huggingface_hub's StrictDataclass*ValidationError): SGLang's get_config would fail
+        # on it too, so it is bad input, not a guard bug.
+        raise ModelError(f"{path}: transformers rejects this config ({_first_line(exc)})"
+                         ) from None
     for key, value in overrides.items():  # mirrors sglang get_config's override merge
         current = getattr(config, key, None)
         if isinstance(value, dict) and isinstance(current, PretrainedConfig):
@@ -244,6 +262,11 @@ def _auto_config(
     wanted = {r.field for r in table.rules if r.field}
     fields = {f: _get(text, f) for f in wanted if _has(text, f)}
     return archs, getattr(config, "model_type", None), fields, warning
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    return " ".join(lines[:2])[:200] or type(exc).__name__
 
 
 def _needs_remote_code(raw: bytes) -> bool:
