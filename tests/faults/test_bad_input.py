@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from integration.test_cli_run import guard_toml
-from integration.test_supervisor import FA3_LINE, Launcher, ready_then_wait
+from integration.test_supervisor import FA3_LINE, PACK_TEXT, Launcher, ready_then_wait
 from sglang_guard.errors import EXIT_USAGE
 from sglang_guard.shell.ports import free_port
 
@@ -64,7 +64,7 @@ def model_dir(tmp: Path, config: str) -> Path:
 def launcher_toml(tmp_path: Path) -> Path:
     """A guard config whose SGLang is the fake child (run: preflight on)."""
     pack = tmp_path / "rules.toml"
-    pack.write_text('[pack]\nname = "t"\n')
+    pack.write_text(PACK_TEXT)
     return guard_toml(tmp_path, Launcher(tmp_path, [ready_then_wait()]), pack)
 
 

@@ -140,7 +140,7 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     """
     from sglang_guard.shell import logsetup  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
-    from sglang_guard.shell.session import run_guarded  # noqa: PLC0415
+    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
     from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
@@ -154,7 +154,7 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
                       state_dir=state_dir or cfg.state_dir or default_run_state_dir(argv),
                       preflight=not no_preflight, argv_from_config=not args,
                       overrides=overrides)
-    sys.exit(run_guarded(cfg, opts))
+    exit_process(run_guarded(cfg, opts))
 
 
 @main.command()

@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _launch(args: list[str]) -> None:
     from sglang_guard.shell import logsetup  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
-    from sglang_guard.shell.session import run_guarded  # noqa: PLC0415
+    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
     from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
 
     cfg = guard_config_from_env()
@@ -81,7 +81,7 @@ def _launch(args: list[str]) -> None:
     opts = RunOptions(argv=tuple(args), python=_python(),
                       state_dir=cfg.state_dir or default_run_state_dir(args),
                       preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
-    sys.exit(run_guarded(cfg, opts))
+    exit_process(run_guarded(cfg, opts))
 
 
 if __name__ == "__main__":

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import threading
+from typing import NoReturn
 
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.errors import ConfigError
-from sglang_guard.shell import runner
+from sglang_guard.shell import runner, stderrgate
 from sglang_guard.shell.inputs import read_command_line
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
@@ -16,6 +20,27 @@ from sglang_guard.shell.stopsignals import EarlyStop, early_signals
 
 def run_guarded(cfg: GuardConfig, opts: runner.RunOptions) -> int:
     """`runner.run` under the state-dir lock; a stop signal before supervision exits 0."""
+    try:
+        return _run_locked(cfg, opts)
+    finally:
+        stderrgate.gate().release()  # events that waited for an unfinished SGLang line
+
+
+def exit_process(code: int) -> NoReturn:
+    """Exit with `code`; at once when a pump thread is still stuck on a blocked stdout.
+
+    Such a thread holds the stdout buffer's lock, and the interpreter's own exit would wait on
+    it (or abort): the stop grace has passed already, so nothing more can be written anyway.
+    """
+    stuck = [t for t in threading.enumerate() if t.daemon and t.name.endswith("-writer")]
+    if stuck:
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+def _run_locked(cfg: GuardConfig, opts: runner.RunOptions) -> int:
     with early_signals(), contextlib.ExitStack() as held:
         try:
             try:

@@ -38,7 +38,7 @@ from sglang_guard.core.events import CommandChanged, Event, HealthResult, Signal
 from sglang_guard.core.logline import clean_block
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
-from sglang_guard.shell import health, orphans, ports, stopsignals
+from sglang_guard.shell import health, orphans, ports, stderrgate, stopsignals
 from sglang_guard.shell.child import Child
 from sglang_guard.shell.files import write_private
 from sglang_guard.shell.journal import Journal as JournalFile
@@ -64,7 +64,7 @@ class Runtime:
     reload: Callable[[str, str | None], machine.Env | str | ReloadOutcome]
     watch: Mapping[str, Kind] = field(default_factory=dict)  # files to watch, and what they are
     stdout: BinaryIO = sys.stdout.buffer
-    stderr: BinaryIO = sys.stderr.buffer
+    stderr: BinaryIO = field(default_factory=stderrgate.child_stderr)  # shared with our events
     child_env: dict[str, str] | None = None
 
 
@@ -123,10 +123,11 @@ class Supervisor:
                 signal.signal(s, handler)
             self._signals.put(None)
             forwarder.join()
-            for stopper in self._stoppers:
-                stopper.join()
+            grace = self.rt.env.restart.stop_grace_s
+            for stopper in self._stoppers:  # bounded: a blocked stdout must not hold the exit
+                stopper.join(grace)
             if self.child is not None:  # also what outlived the main process: leave nothing
-                self.child.stop(self.rt.env.restart.stop_grace_s)
+                self.child.stop(grace, timeout=max(grace, 1.0))
             with contextlib.suppress(OSError):  # an unusable state dir was reported already
                 self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
