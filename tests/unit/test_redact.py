@@ -106,3 +106,9 @@ def test_a_record_about_a_secret_flag_hides_its_values() -> None:
     plain = redact_record({"flag": "--mem-fraction-static", "old_value": "0.9",
                            "new_value": "0.8"})
     assert (plain["old_value"], plain["new_value"]) == ("0.9", "0.8")
+
+
+def test_a_double_dash_does_not_mask_the_next_token(options: OptionTable) -> None:
+    # `--` is a prefix of every option, so it looked like an ambiguous secret flag
+    assert redact_argv(["--model-path", "m", "--", "x", "api_key=k"], options) == [
+        "--model-path", "m", "--", "x", f"api_key={M}"]

@@ -19,6 +19,9 @@ from dataclasses import replace
 
 from sglang_guard.cli import guarded
 from sglang_guard.core.guardconfig import GuardConfig, with_overrides
+from sglang_guard.errors import InputError
+
+LOG_FORMATS = ("auto", "json", "console")
 
 GUARD_LINE = ("\n[sglang-guard] This server runs under sglang-guard: backend flags are checked "
               "against the model and GPU before launch, and fatal log lines are fixed and "
@@ -37,7 +40,10 @@ def guard_config_from_env() -> GuardConfig:
     if os.environ.get("SGLANG_GUARD_STATE_DIR"):
         cfg = replace(cfg, state_dir=os.environ["SGLANG_GUARD_STATE_DIR"])
     fmt = os.environ.get("SGLANG_GUARD_LOG_FORMAT")
-    if fmt in ("auto", "json", "console"):
+    if fmt:  # a typo is said, as for SGLANG_GUARD_POLICY, not silently ignored
+        if fmt not in LOG_FORMATS:
+            raise InputError(f"SGLANG_GUARD_LOG_FORMAT={fmt!r}: expected one of "
+                             f"{', '.join(LOG_FORMATS)}")
         cfg = replace(cfg, log_format=fmt)  # type: ignore[arg-type]
     return cfg
 

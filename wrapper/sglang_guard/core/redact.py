@@ -53,6 +53,9 @@ def redact_argv(argv: Sequence[str], table: OptionTable) -> list[str]:
     out = list(argv)
     i = 0
     while i < len(out):
+        if out[i] == "--":  # argparse: no options after it (and `--` prefixes every option)
+            out[i + 1:] = [redact_text(tok) for tok in out[i + 1:]]
+            break
         look = table.lookup(out[i])
         if look.kind == "ambiguous" and any(is_secret_dest(table.by_string[m].dest)
                                             for m in look.matches):

@@ -23,6 +23,7 @@ from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.inputs import decide, gather, read_command_line, write_derived
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.preflightlog import log_warnings
 from sglang_guard.shell.reloader import Reloader
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
@@ -127,6 +128,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
         inputs = gather(argv, cfg.gpu_sm, isolate=True)
         decision = decide(inputs, cfg.policy, opts.state_dir)
         journal_preflight(journal, decision, inputs.options, journaled)
+        log_warnings(decision)  # what `check` shows (hub id, NVML, "SGLang will reject ...")
         for finding in decision.findings:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,
                         action=finding.action, reason=finding.reason)
