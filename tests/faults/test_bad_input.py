@@ -16,8 +16,8 @@ import pytest
 
 from integration.test_cli_run import guard_toml
 from integration.test_supervisor import FA3_LINE, PACK_TEXT, Launcher, ready_then_wait
+from procutil import free_port
 from sglang_guard.errors import EXIT_USAGE
-from sglang_guard.shell.ports import free_port
 
 DEEP = 100_000
 BOMB = """\

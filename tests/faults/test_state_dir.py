@@ -33,9 +33,9 @@ from integration.test_supervisor import (
     ready_then_wait,
     wait_for,
 )
+from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
-from sglang_guard.shell.ports import free_port
 
 from .conftest import GuardRun
 

@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.logline import clean
+from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.core.rules import Matcher, Rule
-from sglang_guard.shell.child import LINE_CAP
 from sglang_guard.shell.logstream import log_lines
-from sglang_guard.shell.runner import load_packs
+from sglang_guard.shell.packs import load_packs
 
 MAX_MATCHES = 1000  # matches kept (each holds up to LINE_CAP bytes): memory stays bounded
 

@@ -31,7 +31,6 @@ class StopReport:
 
     terminated: int
     killed: int
-    survivors_after: int
     seconds: float
 
 
@@ -177,11 +176,10 @@ def stop_tree(pid: int | None, pgid: int, grace: float) -> StopReport:
         handles += late
         for handle in survivors + late:
             handle.send(signal.SIGKILL)
-        left = _wait(survivors + late, KILL_WAIT)
+        _wait(survivors + late, KILL_WAIT)
         return StopReport(
             terminated=terminated,
             killed=len(survivors) + len(late),
-            survivors_after=len(left),
             seconds=time.monotonic() - started,
         )
     finally:
@@ -212,9 +210,9 @@ def stop_processes(procs: Iterable[psutil.Process], grace: float) -> StopReport:
         survivors = _wait(handles, grace)
         for handle in survivors:
             handle.send(signal.SIGKILL)
-        left = _wait(survivors, KILL_WAIT)
+        _wait(survivors, KILL_WAIT)
         return StopReport(terminated=len(handles) - len(survivors), killed=len(survivors),
-                          survivors_after=len(left), seconds=time.monotonic() - started)
+                          seconds=time.monotonic() - started)
     finally:
         for handle in handles:
             handle.close()
