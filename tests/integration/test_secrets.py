@@ -52,7 +52,7 @@ def test_secrets_stay_masked_and_derived_files_private(tmp_path: Path, pack: Pat
     user_yaml = tmp_path / "sglang.yaml"
     user_yaml.write_text(f"model-path: {model}\nattention-backend: cutedsl_mla\n"
                          f"api-key: {SECRETS[0]}\n")
-    user_yaml.chmod(0o600)
+    user_yaml.chmod(0o400)  # stricter than 0600: the derived copy takes this mode
     launcher = Launcher(tmp_path, [
         [["print", "stdout", READY_LINE], ["print", "stderr", LINE], ["wait_term"], ["exit", 0]],
         ready_then_wait(),
@@ -76,7 +76,7 @@ def test_secrets_stay_masked_and_derived_files_private(tmp_path: Path, pack: Pat
             assert derived, "preflight wrote no derived YAML"
             assert stat.S_IMODE((state / "derived").stat().st_mode) == 0o700
             for path in derived:
-                assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+                assert stat.S_IMODE(path.stat().st_mode) == 0o400, path
             assert stat.S_IMODE((state / "journal.jsonl").stat().st_mode) == 0o600
         finally:
             proc.send_signal(signal.SIGTERM)

@@ -87,6 +87,10 @@ def resolve_model(
             return ModelFacts(path, (), "unknown", None,
                               f"cannot resolve hub model {path!r} ({why}): architecture checks "
                               "skipped")
+        try:
+            check_json(raw, f"config.json of {path}")
+        except LimitError as exc:
+            raise ModelError(str(exc)) from None
     key = _cache_key(raw, revision, trust_remote_code, overrides, is_draft) + (
         f"-{sglang_release}" if sglang_release else "")
     cached = _cache_get(key) if use_cache else None

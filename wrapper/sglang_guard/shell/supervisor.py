@@ -302,7 +302,8 @@ class Supervisor:
         from sglang_guard.core.edits import dump_yaml  # noqa: PLC0415
 
         try:
-            write_private(target, dump_yaml(cl.yaml_data))
+            write_private(target, dump_yaml(cl.yaml_data), like=next(  # the user's YAML's mode
+                (p for p, kind in self.rt.watch.items() if kind == "sglang_yaml"), None))
         except OSError as exc:
             raise ConfigError(str(derived), None, "cannot write the derived SGLang config "
                               f"({exc.strerror or exc})") from None
