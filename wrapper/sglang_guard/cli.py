@@ -109,7 +109,8 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
 
     Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
     """
-    from sglang_guard.shell.inputs import default_state_dir, prepare  # noqa: PLC0415
+    from sglang_guard.shell.inputs import prepare  # noqa: PLC0415
+    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.shell.whichrelease import resolve_release  # noqa: PLC0415
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
@@ -118,8 +119,9 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
         version=sglang_version or cfg.sglang.version,
         version_source="--sglang-version" if sglang_version else "[sglang] version",
         python=python or cfg.sglang.python)
-    prepared = prepare(cfg.gpu_sm, cfg.policy, sglang_args(cfg, args),
-                       state_dir or cfg.state_dir or default_state_dir(), release)
+    argv = sglang_args(cfg, args)
+    prepared = prepare(cfg.gpu_sm, cfg.policy, argv,
+                       state_dir or cfg.state_dir or default_run_state_dir(argv), release)
     decision, inputs = prepared.decision, prepared.inputs
     assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
     if as_json:
@@ -133,8 +135,9 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
 @_common
 @click.option("--python", "python", default=None, metavar="PATH",
               help="Interpreter that runs `-m sglang.launch_server` (default: this one).")
-@click.option("--state-dir", default=None, help="Journal and derived configs (default: "
-              "$SGLANG_GUARD_STATE_DIR, else ~/.local/state/sglang-guard).")
+@click.option("--state-dir", default=None, help="Journal and derived configs, one guard per "
+              "dir (default: $SGLANG_GUARD_STATE_DIR, else $XDG_STATE_HOME or ~/.local/state, "
+              "or /var/lib for root, then sglang-guard/port-<--port>).")
 @click.option("--no-preflight", is_flag=True, help="Skip preflight: only the log rules act.")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -149,8 +152,9 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     2 for bad usage or input.
     """
     from sglang_guard.shell import logsetup  # noqa: PLC0415
-    from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
+    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
+    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
@@ -159,11 +163,12 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     def overrides(fresh: GuardConfig) -> GuardConfig:
         return with_overrides(fresh, policy, gpu_sm)
 
-    opts = RunOptions(argv=tuple(sglang_args(cfg, args)), python=python,
-                      state_dir=state_dir or cfg.state_dir or default_state_dir(),
+    argv = tuple(sglang_args(cfg, args))
+    opts = RunOptions(argv=argv, python=python,
+                      state_dir=state_dir or cfg.state_dir or default_run_state_dir(argv),
                       preflight=not no_preflight, argv_from_config=not args,
                       overrides=overrides)
-    sys.exit(run_with_status(cfg, opts))
+    exit_process(run_guarded(cfg, opts, run_with_status))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -190,18 +195,20 @@ def serve(args: tuple[str, ...]) -> None:
 @guarded
 def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str) -> None:
     """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix."""
+    from sglang_guard.core.redact import redact_text, redact_value  # noqa: PLC0415
     from sglang_guard.shell.explain import explain_log  # noqa: PLC0415
 
     cfg = load_config(config_path, None, None)
     matches = explain_log(logfile, cfg)
-    if as_json:
-        click.echo(json.dumps({"matches": [m.as_dict() for m in matches]}, indent=2))
+    if as_json:  # log lines are masked like the guard's own output: a log may carry keys
+        click.echo(json.dumps({"matches": [redact_value(m.as_dict()) for m in matches]},
+                              indent=2))
         return
     if not matches:
         click.echo("no rule matches this log")
         return
     for m in matches if show_all else matches[:1]:
-        click.echo(m.render())
+        click.echo(redact_text(m.render()))
 
 
 @main.group()

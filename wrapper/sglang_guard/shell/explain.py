@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.core.rules import Matcher, Rule
-from sglang_guard.errors import InputError
+from sglang_guard.shell.logstream import log_lines
 from sglang_guard.shell.packs import load_packs
+
+MAX_MATCHES = 1000  # matches kept (each holds up to LINE_CAP bytes): memory stays bounded
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +54,7 @@ def advice_text(rule: Rule) -> str:
 
 
 def _lines(logfile: str) -> Iterator[bytes]:
-    if logfile == "-":
-        yield from sys.stdin.buffer
-        return
-    try:
-        with Path(logfile).open("rb") as fh:
-            yield from fh
-    except OSError as exc:
-        raise InputError(f"cannot read {logfile}: {exc.strerror}") from None
+    yield from log_lines(logfile, LINE_CAP)  # bounded memory; devices refused (shell/logstream)
 
 
 def explain_log(logfile: str, cfg: GuardConfig) -> list[Match]:
@@ -71,7 +64,7 @@ def explain_log(logfile: str, cfg: GuardConfig) -> list[Match]:
     for n, raw in enumerate(_lines(logfile), start=1):
         text = clean(raw[:LINE_CAP], LINE_CAP)
         rules = matcher.candidates(text)
-        if rules:
+        if rules and len(found) < MAX_MATCHES:
             best = sorted(rules, key=lambda r: (not r.fatal, r.action == "advice",
                                                 -r.priority))[0]
             found.append(Match(n, text, best))
