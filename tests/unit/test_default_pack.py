@@ -263,3 +263,62 @@ def test_sources_cite_lines_that_hold_the_message() -> None:
         if len(longest) < 8 or longest not in msg["text"]:
             bad.append((msg["source"], longest, msg["text"][:60]))
     assert bad == []
+
+
+# --- messages of other releases, and the rules added for issue 12 --------------------------
+
+OTHER: dict[str, Any] = tomllib.loads(
+    (DATA / "sglang-messages-other-releases.toml").read_text(encoding="utf-8")
+)
+
+
+@pytest.mark.parametrize("msg", OTHER["message"], ids=lambda m: f"{m['rule']}@{m['release']}")
+def test_each_other_release_message_is_caught_by_its_rule(msg: dict[str, str]) -> None:
+    matched = [r.id for r in MATCHER.candidates(clean(msg["text"].encode(), 4096))]
+    assert msg["rule"] in matched, f"{msg['text']!r} matched {matched}"
+    assert msg["absent_from_0_5_23"] in msg["text"]
+
+
+def test_other_release_wordings_are_not_in_0_5_23() -> None:
+    root = Path(os.environ.get("SGLANG_SRC", "/tmp/sgsrc/src"))
+    if not (root / "sglang" / "srt").is_dir():
+        pytest.skip("SGLang 0.5.23 source not unpacked (set SGLANG_SRC)")
+    pieces = {m["absent_from_0_5_23"] for m in OTHER["message"]}
+    found = {
+        p
+        for path in (root / "sglang").rglob("*.py")
+        for p in pieces
+        if p in path.read_text(encoding="utf-8", errors="replace")
+    }
+    assert found == set()
+
+
+def test_kv_budget_is_raised_just_above_what_sglang_names_and_capped() -> None:
+    line = (
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.8. Raise --mem-fraction-static above 0.912 (minimum viable = "
+        "1 - available/pre = 0.9113). If using speculative decoding, draft weights are now counted."
+    )
+    fix = _fix(line, _ctx({"--mem-fraction-static": "0.8"}))
+    assert fix is not None and (fix.rule.id, fix.new_value) == ("kv-no-memory-raise-above", "0.922")
+    # SGLang needs more than the cap: no fix (the guard gives up), never a futile raise.
+    assert _fix(line.replace("above 0.912", "above 0.97"), _ctx({})) is None
+
+
+def test_capture_failure_under_torch_compile_drops_it_but_oom_takes_the_ladder() -> None:
+    flags: dict[str, str | None] = {"--enable-torch-compile": None, "--mem-fraction-static": "0.8"}
+    fix = _fix("Exception: Capture cuda graph failed: ", _ctx(flags))
+    assert fix is not None and (fix.action, fix.flag) == ("drop_flag", "--enable-torch-compile")
+    fix = _fix("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2 GiB",
+               _ctx(flags))
+    assert fix is not None and fix.flag == "--mem-fraction-static"
+    assert _fix("Exception: Capture cuda graph failed: ", _ctx({})) is None
+
+
+def test_hybrid_gdn_gate_rewrites_to_a_listed_backend() -> None:
+    line = ("AssertionError: Only {'trtllm_mha', 'triton', 'fa4'} backends are supported on "
+            "Blackwell GPUs for hybrid GDN models. Got attention_backend=flashinfer.")
+    fix = _fix(line, _ctx({"--attention-backend": "flashinfer"}))
+    assert fix is not None and (fix.flag, fix.new_value) == ("--attention-backend", "triton")
+    fix = _fix(line, _ctx({}))
+    assert fix is not None and (fix.action, fix.new_value) == ("set_flag", "triton")
