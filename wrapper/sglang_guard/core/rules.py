@@ -41,6 +41,7 @@ __all__ = [
     "Matcher",
     "Rule",
     "RulePack",
+    "burst_fix",
     "captures",
     "compile_pattern",
     "first_fix",
@@ -251,3 +252,21 @@ def first_fix(
         if chosen is None:
             chosen = plan_fix(rule, ctx, line)
     return chosen, tuple(exhausted)
+
+
+def burst_fix(matcher: Matcher, lines: Sequence[str], ctx: MatchContext) -> Fix | None:
+    """The fix a supervisor would act on for this failure output, nothing fired yet.
+
+    As core/machine.py does: the first line whose fix is specific (priority >= 0) wins at
+    once; a catch-all (priority < 0) only when no specific line follows it.
+    """
+    waiting: Fix | None = None
+    for line in lines:
+        fix, _ = first_fix(matcher, line, ctx, {})
+        if fix is None:
+            continue
+        if fix.rule.priority >= 0:
+            return fix
+        waiting = waiting or fix
+    return waiting
+

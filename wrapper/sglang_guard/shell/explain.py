@@ -10,7 +10,7 @@ from typing import Any
 
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import clean
-from sglang_guard.core.rules import Matcher, Rule
+from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, burst_fix
 from sglang_guard.errors import InputError
 from sglang_guard.shell.child import LINE_CAP
 from sglang_guard.shell.runner import load_packs
@@ -55,12 +55,52 @@ def _lines(logfile: str) -> Iterator[bytes]:
 
 def explain_log(logfile: str, cfg: GuardConfig) -> list[Match]:
     """Every matching line, fatal matches first (each group in log order)."""
+    return explain_lines(log_lines(logfile), cfg)
+
+
+def explain_lines(lines: list[str], cfg: GuardConfig) -> list[Match]:
+    """`explain_log` over lines already read and cleaned."""
     matcher = Matcher(load_packs(cfg))
     found: list[Match] = []
-    for n, raw in enumerate(_lines(logfile), start=1):
-        text = clean(raw[:LINE_CAP], LINE_CAP)
+    for n, text in enumerate(lines, start=1):
         rules = matcher.candidates(text)
         if rules:
             best = sorted(rules, key=lambda r: (not r.fatal, -r.priority))[0]
             found.append(Match(n, text, best))
     return sorted(found, key=lambda m: (not m.rule.fatal, m.rule.priority < 0, m.line_no))
+
+
+def fix_as_dict(fix: Fix | None) -> dict[str, Any] | None:
+    """The `explain --json` shape of the fix for a command line (None: no flag to change)."""
+    if fix is None:
+        return None
+    return {"rule": fix.rule.id, "action": fix.action, "flag": fix.flag,
+            "old_value": fix.old_value, "new_value": fix.new_value, "reason": fix.rule.reason}
+
+
+def render_fix(fix: Fix | None) -> str:
+    """One line for a person: what the guard would change on this command line."""
+    if fix is None:
+        return "fix: none (no rule changes this command line)"
+    if fix.action in ("restart", "give_up"):
+        return f"fix: {fix.action} ({fix.rule.id}): {fix.rule.reason}"
+    if fix.action == "drop_flag":
+        return f"fix: drop {fix.flag} {fix.old_value or ''} ({fix.rule.id})".replace("  ", " ")
+    value = "" if fix.new_value is None else f" {fix.new_value}"
+    return f"fix: set {fix.flag}{value} ({fix.rule.id})"
+
+
+def explain_fix(lines: list[str], cfg: GuardConfig, argv: list[str], *,
+                sm: int | None = None, sglang_version: str | None = None) -> Fix | None:
+    """The fix the supervisor would make to `argv` after this failure output (cleaned lines)."""
+    from sglang_guard.shell.inputs import read_command_line  # noqa: PLC0415
+
+    cl = read_command_line(argv)
+    ctx = MatchContext(cl.effective(), "unknown", sm, sglang_version)
+    return burst_fix(Matcher(load_packs(cfg)), lines, ctx)
+
+
+def log_lines(logfile: str) -> list[str]:
+    """The log, cleaned line by line as the supervisor sees it."""
+    return [clean(raw[:LINE_CAP], LINE_CAP) for raw in _lines(logfile)]
+
