@@ -31,9 +31,9 @@ from integration.test_supervisor import (
     journal_events,
     wait_for,
 )
+from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK, EXIT_USAGE
-from sglang_guard.shell.ports import free_port
 
 
 def _garbage(path: Path) -> None:

@@ -32,9 +32,9 @@ from integration.test_supervisor import (
     ready_then_wait,
     wait_for,
 )
+from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
-from sglang_guard.shell.ports import free_port
 
 from .conftest import GuardRun
 

@@ -20,9 +20,9 @@ from typing import Any
 import psutil
 import pytest
 
+from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
-from sglang_guard.shell.ports import free_port
 
 from .conftest import wait_gone
 from .test_supervisor import (

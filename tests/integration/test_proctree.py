@@ -11,8 +11,9 @@ import threading
 import psutil
 import pytest
 
+from procutil import free_port, survivors
 from sglang_guard.errors import InputError
-from sglang_guard.shell.ports import free_port, port_is_free, wait_port_free
+from sglang_guard.shell.ports import port_is_free, wait_port_free
 from sglang_guard.shell.proctree import find_orphans, stop_tree
 
 from .conftest import collect, fake_argv, next_line, read_pidfile, wait_gone
@@ -42,7 +43,7 @@ def test_stop_tree_kills_a_term_ignoring_tree_with_a_setsid_grandchild(spawn, ev
 
     report = child.stop(grace=0.3)
 
-    assert (report.terminated, report.killed, report.survivors_after) == (0, 4, 0)
+    assert (report.terminated, report.killed, survivors(child.pgid, pids)) == (0, 4, 0)
     assert 0.3 <= report.seconds < 10
     assert wait_gone(pids, timeout=0) == []
     _, exited = collect(events)
@@ -61,7 +62,7 @@ def test_find_orphans_names_what_outlived_a_killed_main(spawn, events, pidfile):
     # The grandchildren hold the pipes: no exit event until they are gone too.
     assert events.empty()
     report = child.stop(grace=0.2)
-    assert (report.killed, report.survivors_after) == (2, 0)
+    assert (report.killed, survivors(child.pgid, pids)) == (2, 0)
     _, exited = collect(events)
     assert exited.returncode == -signal.SIGKILL
     assert find_orphans(child.pgid) == []
@@ -71,7 +72,7 @@ def test_stop_tree_leaves_the_exit_status_to_the_popen_that_owns_it():
     proc = subprocess.Popen(fake_argv(["pause"]), start_new_session=True)
     try:
         report = stop_tree(proc.pid, proc.pid, grace=10)
-        assert (report.terminated, report.killed, report.survivors_after) == (1, 0, 0)
+        assert (report.terminated, report.killed, survivors(proc.pid)) == (1, 0, 0)
         assert proc.wait(10) == -signal.SIGTERM  # not 0: stop_tree did not reap it
     finally:
         proc.kill()
@@ -82,7 +83,7 @@ def test_stop_tree_of_a_finished_tree_does_nothing():
     proc = subprocess.Popen(fake_argv(["exit", 0]), start_new_session=True)
     assert proc.wait(10) == 0
     report = stop_tree(None, proc.pid, grace=1)
-    assert (report.terminated, report.killed, report.survivors_after) == (0, 0, 0)
+    assert (report.terminated, report.killed, survivors(proc.pid)) == (0, 0, 0)
 
 
 def test_stop_tree_refuses_the_guards_own_group():

@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from procutil import free_port
 from sglang_guard.core import machine
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import SignalReceived
@@ -35,7 +36,7 @@ from sglang_guard.core.options import load_option_table
 from sglang_guard.core.rules import Matcher, parse_pack
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
 from sglang_guard.shell.journal import Journal, read_journal
-from sglang_guard.shell.ports import free_port
+from sglang_guard.shell.reloader import ReloadOutcome
 from sglang_guard.shell.supervisor import Runtime, Supervisor, run_supervisor
 
 from .conftest import FAKE, HashSink, wait_gone
@@ -207,7 +208,8 @@ def make_runtime(tmp: Path, launcher: Launcher, *, health: HealthSection | None 
         arch="unknown", sm=None, sglang_version=None, derived_dir=str(tmp / "state" / "derived"),
     )
     return Runtime(launch=launcher.command, state_dir=str(tmp / "state"), env=env,
-                   reload=lambda kind, path: env,
+                   reload=lambda kind, path, env: ReloadOutcome(env, None, None, {
+                       "event": "reload.applied", "kind": kind, "restart": False}),
                    stdout=stdout if stdout is not None else io.BytesIO(),
                    stderr=stderr if stderr is not None else io.BytesIO())
 

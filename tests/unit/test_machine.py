@@ -577,11 +577,3 @@ def test_a_reloaded_env_applies_to_new_lines() -> None:
     run.start()
     run.env = replace(run.env, matcher=Matcher([]))
     assert run.line(FA3_LINE) == []
-
-
-def test_describe_summarises() -> None:
-    run = Run()
-    run.start()
-    run.line(FA3_LINE)
-    assert machine.describe(run.state) == {"gen": 1, "phase": "stopping",
-                                           "fired": {"fa3-sm": 1}, "failures": 0}

@@ -103,12 +103,14 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
 
     Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
     """
-    from sglang_guard.shell.inputs import decide, default_state_dir, gather  # noqa: PLC0415
+    from sglang_guard.shell.inputs import default_state_dir, prepare  # noqa: PLC0415
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
-    inputs = gather(sglang_args(cfg, args), cfg.gpu_sm)
-    decision = decide(inputs, cfg.policy, state_dir or cfg.state_dir or default_state_dir())
+    prepared = prepare(cfg.gpu_sm, cfg.policy, sglang_args(cfg, args),
+                       state_dir or cfg.state_dir or default_state_dir())
+    decision, inputs = prepared.decision, prepared.inputs
+    assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
     if as_json:
         click.echo(json.dumps(decision_json(decision, inputs), indent=2))
     else:

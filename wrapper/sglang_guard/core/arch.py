@@ -7,12 +7,12 @@ text config. This module only evaluates it.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from sglang_guard.core.facts import AttentionArch
+from sglang_guard.core.tomlread import Table
 from sglang_guard.errors import ConfigError
 
 FieldTest = Literal["not_null", "truthy_or_missing"]
@@ -53,60 +53,33 @@ class ArchTable:
 
 def parse_arch_table(text: str, path: str) -> ArchTable:
     """Parse `attention-arch.toml`; errors name the file and the key (unknown keys too)."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, None, f"not valid TOML: {exc}") from exc
-    _known(path, "", data, {"meta", "rules", "draft_renames"})
-    raw_rules = data.get("rules", [])
-    if not isinstance(raw_rules, list):
-        raise ConfigError(path, "rules", "must be an array of tables ([[rules]])")
-    rules = [_rule(path, f"rules[{n}]", raw) for n, raw in enumerate(raw_rules)]
-    meta = _table(path, "meta", data.get("meta", {}))
-    _known(path, "meta.", meta, {"sglang_version", "source", "default"})
-    version = meta.get("sglang_version")
-    if not isinstance(version, str):
-        raise ConfigError(path, "meta.sglang_version", "must name the SGLang version read")
-    default = meta.get("default", "mha")
-    if default not in ("mla", "mha", "ssm"):
-        raise ConfigError(path, "meta.default", f"must be mla, mha or ssm, not {default!r}")
-    renames = _table(path, "draft_renames", data.get("draft_renames", {}))
-    if not all(isinstance(v, str) for v in renames.values()):
-        raise ConfigError(path, "draft_renames", "values must be architecture names")
-    return ArchTable(version, tuple(rules), dict(renames), default)
-
-
-def _rule(path: str, key: str, raw: Any) -> ArchRule:
-    raw = _table(path, key, raw)
-    _known(path, f"{key}.", raw, {"arch", "any_of", "when", "lines"})
-    arch = raw.get("arch")
-    if arch not in ("mla", "mha", "ssm"):
-        raise ConfigError(path, f"{key}.arch", f"must be mla, mha or ssm, not {arch!r}")
-    names = raw.get("any_of")
-    if not isinstance(names, list) or not names or not all(isinstance(x, str) for x in names):
-        raise ConfigError(path, f"{key}.any_of", "must be a non-empty list of strings")
-    when = _table(path, f"{key}.when", raw.get("when", {}))
-    _known(path, f"{key}.when.", when, {"field", "test"})
-    test, fld = when.get("test"), when.get("field")
-    if when and test not in ("not_null", "truthy_or_missing"):
-        raise ConfigError(path, f"{key}.when.test", f"unknown test {test!r}")
-    if when and not isinstance(fld, str):
-        raise ConfigError(path, f"{key}.when.field", "must name a field of the text config")
-    return ArchRule(arch, frozenset(names), fld, test, str(raw.get("lines", "")))
-
-
-def _table(path: str, key: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(path, key, f"must be a table, not {type(value).__name__}")
-    return value
-
-
-def _known(path: str, prefix: str, data: Mapping[str, Any], allowed: set[str]) -> None:
     # A typo in a rule must fail loudly: a silently ignored `when` would misclassify models.
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(path, f"{prefix}{key}",
-                              f"unknown key (expected one of: {', '.join(sorted(allowed))})")
+    root = Table.parse(text, path)
+    root.known({"meta", "rules", "draft_renames"})
+    raw_rules = root.get("rules", list, [], name="an array of tables ([[rules]])")
+    rules = [_rule(root.child(f"rules[{n}]", raw)) for n, raw in enumerate(raw_rules)]
+    meta = root.table("meta")
+    meta.known({"sglang_version", "source", "default"})
+    version = meta.must("sglang_version")
+    default = cast("AttentionArch", meta.choice("default", ("mla", "mha", "ssm"), "mha"))
+    renames = root.table("draft_renames")
+    if not all(isinstance(v, str) for v in renames.data.values()):
+        raise root.fail("draft_renames", "values must be architecture names")
+    return ArchTable(version, tuple(rules), dict(renames.data), default)
+
+
+def _rule(raw: Table) -> ArchRule:
+    raw.known({"arch", "any_of", "when", "lines"})
+    arch = cast("AttentionArch", raw.choice("arch", ("mla", "mha", "ssm")))
+    names = raw.strings("any_of", required=True)
+    if not names:
+        raise raw.fail("any_of", "must be a non-empty list of strings")
+    when = raw.table("when")
+    when.known({"field", "test"})
+    test = cast("FieldTest | None", when.choice("test", ("not_null", "truthy_or_missing"))
+                if when.data else None)
+    fld = when.must("field") if when.data else None
+    return ArchRule(arch, frozenset(names), fld, test, str(raw.data.get("lines", "")))
 
 
 def draft_architectures(table: ArchTable, architectures: Sequence[str]) -> tuple[str, ...]:

@@ -5,11 +5,13 @@ Checking a flag against it is `core/compat.py`; this module only reads and valid
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass
-from typing import Any, Literal
+from dataclasses import dataclass, replace
+from typing import Literal
 
-from sglang_guard.errors import ConfigError
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from sglang_guard.core.tomlread import Table, is_kind
 from sglang_guard.resources import config_path
 
 # When SGLang meets each check: argument resolution, backend construction in the scheduler,
@@ -42,6 +44,8 @@ class Constraint:
     allowed: tuple[str, ...] = ()
     denied: tuple[str, ...] = ()
     platform: str | None = None
+    # The releases whose own source holds this check (PEP 440; tools/constraint_ranges.py).
+    sglang: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,7 @@ class Backend:
     models: str | None = None
     fill_prefill: str | None = None
     alias: Alias | None = None
+    sglang: str = ""  # the releases this entry is for ("": every release that has the name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,156 +108,142 @@ class CompatTable:
         """The backend called `name`, or None."""
         return next((b for b in self.backends if b.name == name), None)
 
+    def for_release(self, release: str | None, names: tuple[str, ...] | None) -> CompatTable:
+        """This table as it holds for SGLang `release`, whose parser accepts `names`.
+
+        Only entries and constraints whose `sglang` range holds the release stay: a check
+        acts only on a release whose own source holds it. A name that release accepts but
+        the table has no entry for gets one without constraints (nothing known to check).
+        None (release unknown): the table as written.
+        """
+        if release is None:
+            return self
+        version = Version(release)
+        keep = [replace(b, constraints=tuple(c for c in b.constraints
+                                              if _holds(c.sglang, version)))
+                for b in self.backends if _holds(b.sglang, version)]
+        if names is not None:
+            known = {b.name for b in keep}
+            keep = [b for b in keep if b.name in names] + [
+                Backend(n, f"accepted by SGLang {release}; no constraint known", "any", ())
+                for n in names if n not in known]
+            present = {b.name for b in keep}
+            keep = [b if b.alias is None or b.alias.canonical in present
+                    else replace(b, alias=None) for b in keep]
+        prefs = tuple(replace(p, candidates=tuple(c for c in p.candidates
+                                                  if any(b.name == c for b in keep)))
+                      for p in self.preferences)
+        return replace(self, sglang_version=release, backends=tuple(keep), preferences=prefs)
+
+
+def _holds(spec: str, version: Version) -> bool:
+    return not spec or SpecifierSet(spec).contains(version, prereleases=True)
+
 
 # ------------------------------------------------------------------ parsing
 
 
-class _Reader:
-    """Typed access to the TOML tree; every error names the file and the dotted key."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def fail(self, key: str, problem: str) -> ConfigError:
-        return ConfigError(self.path, key, problem)
-
-    def value(self, t: dict[str, Any], key: str, at: str, kind: type, required: bool) -> Any:
-        where = f"{at}.{key}" if at else key
-        if key not in t:
-            if required:
-                raise self.fail(where, "missing")
-            return None
-        v = t[key]
-        # bool is an int in Python; an SM of `true` is a typo, not 1.
-        if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
-            raise self.fail(where, f"expected {kind.__name__}, got {type(v).__name__}")
-        return v
-
-    def text(self, t: dict[str, Any], key: str, at: str, required: bool = True) -> str | None:
-        return self.value(t, key, at, str, required)  # type: ignore[no-any-return]
-
-    def must(self, t: dict[str, Any], key: str, at: str) -> str:
-        v = self.value(t, key, at, str, True)
-        assert isinstance(v, str)  # noqa: S101 -- required=True never returns None
-        return v
-
-    def texts(
-        self,
-        t: dict[str, Any],
-        key: str,
-        at: str,
-        choices: tuple[str, ...] | None = None,
-        required: bool = False,
-    ) -> tuple[str, ...]:
-        items = self.value(t, key, at, list, required) or []
-        for i, item in enumerate(items):
-            if not isinstance(item, str):
-                raise self.fail(f"{at}.{key}[{i}]", f"expected str, got {type(item).__name__}")
-            if choices is not None and item not in choices:
-                raise self.fail(f"{at}.{key}[{i}]", f"{item!r} is not one of {choices}")
-        return tuple(items)
-
-    def choice(self, t: dict[str, Any], key: str, at: str, choices: tuple[str, ...]) -> str:
-        v = self.must(t, key, at)
-        if v not in choices:
-            raise self.fail(f"{at}.{key}", f"{v!r} is not one of {choices}")
-        return v
-
-    def ranges(self, items: Any, at: str) -> Ranges:
-        if not isinstance(items, list) or not items:
-            raise self.fail(at, "expected a non-empty list of [low, high] SM pairs")
-        out = []
-        for i, pair in enumerate(items):
-            ok = (
-                isinstance(pair, list)
-                and len(pair) == 2
-                and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
-            )
-            if not ok or pair[0] > pair[1]:
-                raise self.fail(f"{at}[{i}]", "expected [low, high] integers with low <= high")
-            out.append((pair[0], pair[1]))
-        return tuple(out)
+def _ranges(t: Table, key: str) -> Ranges:
+    items = t.data[key]
+    if not isinstance(items, list) or not items:
+        raise t.fail(key, "expected a non-empty list of [low, high] SM pairs")
+    out = []
+    for i, pair in enumerate(items):
+        ok = (
+            isinstance(pair, list)
+            and len(pair) == 2
+            and all(is_kind(n, int) for n in pair)
+        )
+        if not ok or pair[0] > pair[1]:
+            raise t.fail(f"{key}[{i}]", "expected [low, high] integers with low <= high")
+        out.append((pair[0], pair[1]))
+    return tuple(out)
 
 
-def _constraint(r: _Reader, t: Any, at: str) -> Constraint:
-    if not isinstance(t, dict):
-        raise r.fail(at, "expected a table")
-    kind = r.choice(t, "kind", at, _KINDS)
+def _constraint(t: Table) -> Constraint:
+    kind = t.choice("kind", _KINDS)
     c = Constraint(
         kind=kind,
-        phase=r.choice(t, "phase", at, tuple(PHASE_ORDER)),
-        source=r.must(t, "source", at),
-        slots=r.texts(t, "slots", at, _SLOTS) or _SLOTS,
-        fatal=r.value(t, "fatal", at, bool, False) is not False,
-        message=r.text(t, "message", at, False),
-        note=r.text(t, "note", at, False),
-        archs=r.texts(t, "archs", at, ARCHS, required=kind == "arch"),
-        sms=r.ranges(t["sms"], f"{at}.sms") if "sms" in t else (),
-        allowed=r.texts(t, "allowed", at),
-        denied=r.texts(t, "denied", at),
-        platform=r.choice(t, "platform", at, _PLATFORMS) if kind == "platform" else None,
+        phase=t.choice("phase", tuple(PHASE_ORDER)),
+        source=t.must("source"),
+        slots=t.strings("slots", choices=_SLOTS) or _SLOTS,
+        fatal=t.get("fatal", bool) is not False,  # absent: fatal
+        message=t.text("message"),
+        note=t.text("note"),
+        archs=t.strings("archs", choices=ARCHS, required=kind == "arch") or (),
+        sms=_ranges(t, "sms") if "sms" in t.data else (),
+        allowed=t.strings("allowed") or (),
+        denied=t.strings("denied") or (),
+        platform=t.choice("platform", _PLATFORMS) if kind == "platform" else None,
+        sglang=_specifier(t, "sglang"),
     )
     if kind == "gpu" and not c.sms:
-        raise r.fail(f"{at}.sms", "missing")
+        raise t.fail("sms", "missing")
     if kind == "kv_cache_dtype" and not (c.allowed or c.denied):
-        raise r.fail(f"{at}.allowed", "missing (or denied)")
+        raise t.fail("allowed", "missing (or denied)")
     return c
 
 
-def _backend(r: _Reader, name: str, t: Any) -> Backend:
-    at = f"backends.{name}"
-    if not isinstance(t, dict):
-        raise r.fail(at, "expected a table")
-    rules = r.value(t, "constraints", at, list, True)
+def _specifier(t: Table, key: str) -> str:
+    spec = t.text(key) or ""
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier as exc:
+        raise t.fail(key, f"not a version specifier: {exc}") from None
+    return spec
+
+
+def _backend(t: Table, name: str) -> Backend:
+    rules = t.get("constraints", list, required=True)
     alias = None
-    if "alias_of" in t:
+    if "alias_of" in t.data:
         alias = Alias(
-            canonical=r.must(t, "alias_of", at),
-            message=r.must(t, "deprecated_message", at),
-            source=r.must(t, "deprecated_source", at),
-            canonical_prefill=r.text(t, "alias_of_prefill", at, False),
-            forces_kv_cache_dtype=r.text(t, "forces_kv_cache_dtype", at, False),
-            forces_slots=r.texts(t, "forces_slots", at, _SLOTS),
+            canonical=t.must("alias_of"),
+            message=t.must("deprecated_message"),
+            source=t.must("deprecated_source"),
+            canonical_prefill=t.text("alias_of_prefill"),
+            forces_kv_cache_dtype=t.text("forces_kv_cache_dtype"),
+            forces_slots=t.strings("forces_slots", choices=_SLOTS) or (),
         )
     return Backend(
         name=name,
-        summary=r.must(t, "summary", at),
-        platform=r.choice(t, "platform", at, _PLATFORMS),
-        constraints=tuple(_constraint(r, c, f"{at}.constraints[{i}]") for i, c in enumerate(rules)),
-        models=r.text(t, "models", at, False),
-        fill_prefill=r.text(t, "fill_prefill", at, False),
+        summary=t.must("summary"),
+        platform=t.choice("platform", _PLATFORMS),
+        constraints=tuple(_constraint(t.child(f"{t.at}.constraints[{i}]", c))
+                          for i, c in enumerate(rules)),
+        models=t.text("models"),
+        fill_prefill=t.text("fill_prefill"),
         alias=alias,
+        sglang=_specifier(t, "sglang"),
     )
 
 
-def _preference_entry(r: _Reader, t: Any, at: str) -> Preference:
-    if not isinstance(t, dict):
-        raise r.fail(at, "expected a table")
-    if "sms" not in t:
-        raise r.fail(f"{at}.sms", "missing")
-    raw = t["sms"]
+def _preference_entry(t: Table) -> Preference:
+    if "sms" not in t.data:
+        raise t.fail("sms", "missing")
+    raw = t.data["sms"]
     mode: Literal["ranges", "any", "unknown"] = "ranges"
     sms: Ranges = ()
     if raw in ("any", "unknown"):
         mode = raw
     else:
-        sms = r.ranges(raw, f"{at}.sms")
+        sms = _ranges(t, "sms")
     return Preference(
-        archs=r.texts(t, "archs", at, ARCHS, required=True),
+        archs=t.strings("archs", choices=ARCHS, required=True) or (),
         sms_mode=mode,
         sms=sms,
-        candidates=r.texts(t, "candidates", at, required=True),
-        why=r.must(t, "why", at),
+        candidates=t.strings("candidates", required=True) or (),
+        why=t.must("why"),
     )
 
 
-def _cross_check(r: _Reader, table: CompatTable) -> None:
+def _cross_check(root: Table, table: CompatTable) -> None:
     """Names the table refers to must be backends of the same table."""
     names = set(table.names)
     for b in table.backends:
         at = f"backends.{b.name}"
         if b.fill_prefill is not None and b.fill_prefill not in names:
-            raise r.fail(f"{at}.fill_prefill", f"{b.fill_prefill!r} is not a backend")
+            raise root.fail(f"{at}.fill_prefill", f"{b.fill_prefill!r} is not a backend")
         if b.alias is None:
             continue
         for key, target in (
@@ -263,38 +254,38 @@ def _cross_check(r: _Reader, table: CompatTable) -> None:
                 continue
             real = table.backend(target)
             if real is None or real.alias is not None:
-                raise r.fail(f"{at}.{key}", f"{target!r} is not a backend (nor an alias)")
+                raise root.fail(f"{at}.{key}", f"{target!r} is not a backend (nor an alias)")
     for i, pref in enumerate(table.preferences):
         for name in pref.candidates:
             if name not in names:
-                raise r.fail(f"rewrite_preference[{i}].candidates", f"{name!r} is not a backend")
+                raise root.fail(f"rewrite_preference[{i}].candidates",
+                                f"{name!r} is not a backend")
 
 
 def parse_table(text: str, path: str) -> CompatTable:
     """Parse and validate the backend table; errors name `path` and the dotted key."""
-    r = _Reader(path)
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise r.fail("", f"not valid TOML: {exc}") from exc
-    meta = r.value(doc, "meta", "", dict, True)
-    unknown = r.value(meta, "unknown_backend", "meta", dict, True)
-    backends = r.value(doc, "backends", "", dict, True)
-    prefs = r.value(doc, "rewrite_preference", "", list, True)
+    root = Table.parse(text, path)
+    meta = root.table("meta", required=True)
+    unknown = meta.table("unknown_backend", required=True)
+    backends = root.table("backends", required=True)
+    prefs = root.get("rewrite_preference", list, required=True)
     table = CompatTable(
-        sglang_version=r.must(meta, "sglang_version", "meta"),
-        sources=r.texts(meta, "sources", "meta", required=True),
-        backends=tuple(_backend(r, name, t) for name, t in backends.items()),
+        sglang_version=meta.must("sglang_version"),
+        sources=meta.strings("sources", required=True) or (),
+        # "name@0.5.22": another release's entry for the same name (see `sglang`).
+        backends=tuple(_backend(root.child(f"backends.{key}", t), key.split("@", 1)[0])
+                       for key, t in backends.data.items()),
         preferences=tuple(
-            _preference_entry(r, t, f"rewrite_preference[{i}]") for i, t in enumerate(prefs)
+            _preference_entry(root.child(f"rewrite_preference[{i}]", t))
+            for i, t in enumerate(prefs)
         ),
-        ssm_skips_phases=r.texts(meta, "ssm_skips_phases", "meta", tuple(PHASE_ORDER)),
-        unknown_message=r.must(unknown, "message", "meta.unknown_backend"),
-        unknown_source=r.must(unknown, "source", "meta.unknown_backend"),
-        unknown_draft_message=r.must(unknown, "draft_message", "meta.unknown_backend"),
-        unknown_draft_source=r.must(unknown, "draft_source", "meta.unknown_backend"),
+        ssm_skips_phases=meta.strings("ssm_skips_phases", choices=tuple(PHASE_ORDER)) or (),
+        unknown_message=unknown.must("message"),
+        unknown_source=unknown.must("source"),
+        unknown_draft_message=unknown.must("draft_message"),
+        unknown_draft_source=unknown.must("draft_source"),
     )
-    _cross_check(r, table)
+    _cross_check(root, table)
     return table
 
 

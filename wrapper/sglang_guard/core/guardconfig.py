@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast, get_args
 
 from sglang_guard.core.compat import BACKEND_FLAGS
-from sglang_guard.errors import ConfigError, InputError
+from sglang_guard.core.tomlread import Table
+from sglang_guard.errors import InputError
 
 PolicyMode = Literal["drop", "rewrite", "fail", "warn"]
 POLICY_MODES: tuple[str, ...] = get_args(PolicyMode)
@@ -114,55 +114,38 @@ def with_overrides(cfg: GuardConfig, policy: str | None, gpu_sm: str | None,
 
 def parse_guard_config(text: str, path: str) -> GuardConfig:
     """Parse and validate the TOML text of a guard config."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, None, f"not valid TOML: {exc}") from exc
-    allowed = {"sglang", "policy", "restart", "health", "rules", "state", "gpu", "log"}
-    _no_unknown(path, "", data, allowed)
+    root = Table.parse(text, path)
+    root.known({"sglang", "policy", "restart", "health", "rules", "state", "gpu", "log"})
     return GuardConfig(
         path=path,
-        sglang=_section(path, "sglang", data, SglangSection),
-        policy=_policy(path, data.get("policy", {})),
-        restart=_section(path, "restart", data, RestartSection),
-        health=_section(path, "health", data, HealthSection),
-        rules=_section(path, "rules", data, RulesSection),
-        state_dir=_typed(path, "state.dir", _leaf(path, "state", data, "dir"), (str, type(None))),
-        gpu_sm=_gpu_sm(path, _leaf(path, "gpu", data, "sm", "auto")),
-        log_format=_choice(path, "log.format", _leaf(path, "log", data, "format", "auto"),
-                           ("auto", "json", "console")),
+        sglang=_section(root.table("sglang"), SglangSection),
+        policy=_policy(root.table("policy")),
+        restart=_section(root.table("restart"), RestartSection),
+        health=_section(root.table("health"), HealthSection),
+        rules=_section(root.table("rules"), RulesSection),
+        state_dir=_leaf(root, "state", "dir").text("dir"),
+        gpu_sm=_gpu_sm(_leaf(root, "gpu", "sm")),
+        log_format=cast("LogFormat", _leaf(root, "log", "format").choice(
+            "format", ("auto", "json", "console"), "auto")),
     )
 
 
-def _leaf(path: str, name: str, data: Mapping[str, Any], key: str, default: Any = None) -> Any:
-    """The one key a one-key section such as [gpu] holds (others are unknown keys)."""
-    table = _table(path, name, data.get(name, {}))
-    _no_unknown(path, f"{name}.", table, {key})
-    return table.get(key, default)
+def _leaf(root: Table, name: str, key: str) -> Table:
+    """A one-key section such as [gpu] (any other key is unknown)."""
+    table = root.table(name)
+    table.known({key})
+    return table
 
 
 # What `--gpu-sm` accepts (shell/gpuprobe.parse_gpu_sm does the range check).
 _GPU_SM = re.compile(r"^(auto|none|(sm)?\d{2,3}|\d+\.\d)$", re.IGNORECASE)
 
 
-def _gpu_sm(path: str, value: Any) -> str:
-    text = str(_typed(path, "gpu.sm", value, (str, int)))
+def _gpu_sm(table: Table) -> str:
+    text = str(table.get("sm", (str, int), "auto"))
     if not _GPU_SM.match(text.strip()):
-        raise ConfigError(path, "gpu.sm", f"expected auto, none or an SM such as 90, got {text!r}")
+        raise table.fail("sm", f"expected auto, none or an SM such as 90, got {text!r}")
     return text
-
-
-def _table(path: str, key: str, value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(path, key, f"expected a table, got {type(value).__name__}")
-    return value
-
-
-def _no_unknown(path: str, prefix: str, data: Mapping[str, Any], allowed: set[str]) -> None:
-    for key in data:
-        if key not in allowed:
-            raise ConfigError(path, f"{prefix}{key}",
-                              f"unknown key (expected one of: {', '.join(sorted(allowed))})")
 
 
 _TYPES: dict[str, tuple[type, ...]] = {
@@ -171,70 +154,48 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _section(path: str, name: str, data: Mapping[str, Any], cls: type[Any]) -> Any:
-    raw = _table(path, name, data.get(name, {}))
+def _section(raw: Table, cls: type[Any]) -> Any:
     spec = {f.name: f for f in fields(cls)}
-    _no_unknown(path, f"{name}.", raw, set(spec))
+    raw.known(spec)
     values: dict[str, Any] = {}
-    for key, raw_value in raw.items():
-        value: Any = raw_value
+    for key in raw.data:
         kind = str(spec[key].type)
-        expected = _TYPES.get(kind, (object,))
-        if isinstance(value, bool) and bool not in expected:
-            expected = ()  # TOML true is not a number
-        if not isinstance(value, expected):
-            raise ConfigError(path, f"{name}.{key}",
-                              f"expected {kind}, got {type(value).__name__} {value!r}")
+        value: Any = raw.get(key, _TYPES.get(kind, (object,)), name=kind)
         if kind == "tuple[str, ...]":
-            if not all(isinstance(v, str) for v in raw_value):
-                raise ConfigError(path, f"{name}.{key}", "expected a list of strings")
-            value = tuple(raw_value)
+            if not all(isinstance(v, str) for v in value):
+                raise raw.fail(key, "expected a list of strings")
+            value = tuple(value)
         # TOML has nan and inf; neither is a usable count, delay or timeout.
         if kind in ("int", "float") and (value < 0 or not math.isfinite(value)):
-            raise ConfigError(path, f"{name}.{key}", f"must be a finite number >= 0, got {value}")
+            raise raw.fail(key, f"must be a finite number >= 0, got {value}")
         values[key] = float(value) if kind == "float" else value
     return cls(**values)
 
 
-def _typed(path: str, key: str, value: Any, types: tuple[type, ...]) -> Any:
-    if isinstance(value, bool) or not isinstance(value, types):
-        names = " or ".join(t.__name__ for t in types if t is not type(None))
-        raise ConfigError(path, key, f"expected {names}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def _choice(path: str, key: str, value: Any, choices: tuple[str, ...]) -> Any:
-    if value not in choices:
-        raise ConfigError(path, key, f"expected one of {', '.join(choices)}, got {value!r}")
-    return value
-
-
-def _policy(path: str, raw: Any) -> PolicyConfig:
-    if not isinstance(raw, dict):
-        raise ConfigError(path, "policy", f"expected a table, got {type(raw).__name__}")
-    _no_unknown(path, "policy.", raw, {"default", "flags", "rewrite"})
-    default = _choice(path, "policy.default", raw.get("default", "drop"), POLICY_MODES)
-    flags = _table(path, "policy.flags", raw.get("flags", {}))
-    for flag, mode in flags.items():
-        _flag_name(path, f"policy.flags.{flag}", flag)
-        _choice(path, f"policy.flags.{flag}", mode, POLICY_MODES)
+def _policy(raw: Table) -> PolicyConfig:
+    raw.known({"default", "flags", "rewrite"})
+    default = cast("PolicyMode", raw.choice("default", POLICY_MODES, "drop"))
+    flags = raw.table("flags")
+    for flag in flags.data:
+        _flag_name(flags, flag)
+        flags.choice(flag, POLICY_MODES)
     rewrite: dict[str, dict[str, str]] = {}
-    for flag, target in _table(path, "policy.rewrite", raw.get("rewrite", {})).items():
-        _flag_name(path, f"policy.rewrite.{flag}", flag)
+    table = raw.table("rewrite")
+    for flag, target in table.data.items():
+        _flag_name(table, flag)
         if isinstance(target, str):
             rewrite[flag] = {"*": target}
         elif isinstance(target, dict) and all(isinstance(v, str) for v in target.values()):
             rewrite[flag] = dict(target)
         else:
-            raise ConfigError(path, f"policy.rewrite.{flag}",
-                              "expected a backend name or a table of bad value -> backend")
-    return PolicyConfig(default, dict(flags), rewrite)
+            raise table.fail(flag, "expected a backend name or a table of bad value -> backend")
+    return PolicyConfig(default, dict(flags.data), rewrite)
 
 
-def _flag_name(path: str, key: str, flag: str) -> None:
+def _flag_name(table: Table, flag: str) -> None:
     if not flag.startswith("--"):
-        raise ConfigError(path, key, f"flags are written as SGLang spells them, e.g. --{flag}")
+        raise table.fail(flag, f"flags are written as SGLang spells them, e.g. --{flag}")
     # Preflight applies the policy to these flags only; any other name is a typo.
     if flag not in BACKEND_FLAGS:
-        raise ConfigError(path, key, f"not a flag the policy applies to "
-                                     f"(one of: {', '.join(BACKEND_FLAGS)})")
+        raise table.fail(flag, f"not a flag the policy applies to "
+                               f"(one of: {', '.join(BACKEND_FLAGS)})")

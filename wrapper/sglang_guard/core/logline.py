@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 
+LINE_CAP = 64 * 1024  # bytes of a line kept for matching; the rest is passed through only
+
 # ECMA-48 sequences a terminal would swallow: CSI (ESC [ params intermediates final),
 # OSC (ESC ] ... BEL or ESC \, or cut off by the end of the line), and the two-byte or
 # nF forms (ESC, optional intermediates 0x20-0x2F, one final byte 0x30-0x7E).

@@ -10,7 +10,6 @@ from __future__ import annotations
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from sglang_guard.core.actions import (
     Action,
@@ -73,6 +72,22 @@ class Pending:
 
 
 @dataclass(frozen=True, slots=True)
+class CatchAll:
+    """A catch-all rule matched: its fix waits out SETTLE_S for a more specific line."""
+
+    fix: Fix
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refired:
+    """A rule fired again after its fix: waits out SETTLE_S, then restore or give up."""
+
+    rule_id: str
+    line: str
+
+
+@dataclass(frozen=True, slots=True)
 class State:
     """Everything the loop remembers between events."""
 
@@ -86,9 +101,8 @@ class State:
     attempt: int = 0
     liveness_streak: int = 0
     pending: Pending | None = None
-    # What waits out SETTLE_S: a catch-all fix, or the id of a rule that fired again after
-    # its fix; with the line that triggered it.
-    tentative: tuple[Fix | str, str] | None = None
+    # What waits out SETTLE_S (with the line that triggered it).
+    tentative: CatchAll | Refired | None = None
 
 
 def start(state: State, env: Env) -> tuple[State, list[Action]]:
@@ -165,7 +179,7 @@ def _on_command_changed(state: State, event: CommandChanged, env: Env
 
 
 def _ctx(state: State, env: Env) -> MatchContext:
-    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version)
+    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version, env.options)
 
 
 def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Action]]:
@@ -182,18 +196,18 @@ def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Acti
         # A rule that already fired and now finds nothing left to change (its flag is gone
         # or already has the new value) fired again after its fix: the fix did not hold.
         again = exhausted or _refired(env.matcher, event.text, state.fired)
-        if again and (state.tentative is None or isinstance(state.tentative[0], Fix)):
+        if again and not isinstance(state.tentative, Refired):
             # Not at once: a later line of the same burst may still name a fix (torch's OOM
             # line comes before SGLang's "Capture cuda graph failed", say). A pending
             # catch-all restart gives way: a fix that did not hold says more than a crash.
             if state.tentative is None:
                 actions.append(Schedule("settle", state.gen, SETTLE_S))
-            state = replace(state, tentative=(again[0].id, event.text))
+            state = replace(state, tentative=Refired(again[0].id, event.text))
         return state, actions
     if fix.rule.priority < 0:  # a catch-all: give the specific line of the same crash a moment
         if state.tentative is None:
             actions.append(Schedule("settle", state.gen, SETTLE_S))
-            state = replace(state, tentative=(fix, event.text))
+            state = replace(state, tentative=CatchAll(fix, event.text))
         return state, actions
     new, more = _apply_fix(state, fix, event.text, env)
     return new, actions + more
@@ -201,12 +215,12 @@ def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Acti
 
 def _settle(state: State, env: Env) -> tuple[State, list[Action]]:
     """The settle window closed with no better line: act on what was waiting."""
-    assert state.tentative is not None  # noqa: S101 - callers check
-    what, line = state.tentative
+    what = state.tentative
     state = replace(state, tentative=None)
-    if isinstance(what, str):
-        return _repeat(state, what, line, env, [])
-    return _apply_fix(state, what, line, env)
+    if isinstance(what, Refired):
+        return _repeat(state, what.rule_id, what.line, env, [])
+    assert what is not None  # noqa: S101 - callers check
+    return _apply_fix(state, what.fix, what.line, env)
 
 
 def _refired(matcher: Matcher, line: str, fired: Mapping[str, int]) -> tuple[Rule, ...]:
@@ -356,9 +370,3 @@ def _failure(state: State, env: Env, cl: CommandLine, reason: str, *, now: float
                           "failures_in_window": len(failures)}),
                  Notify(status=f"crashed ({reason}); restarting in {delay:.1f}s"),
                  Schedule("backoff", state.gen, delay)]
-
-
-def describe(state: State) -> dict[str, Any]:
-    """A small summary for logs."""
-    return {"gen": state.gen, "phase": state.phase, "fired": dict(state.fired),
-            "failures": len(state.failures)}

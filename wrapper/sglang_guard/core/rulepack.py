@@ -8,8 +8,6 @@ lookaround) is rejected here, with the rule id in the message.
 from __future__ import annotations
 
 import math
-import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +15,7 @@ import re2
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
 from sglang_guard.core.facts import ATTENTION_ARCHS
+from sglang_guard.core.tomlread import Table
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
 
@@ -114,48 +113,12 @@ _RULE_KEYS = frozenset(
 _WHEN_KEYS = frozenset({"arch", "sm_min", "sm_max", "sglang", "flags"})
 
 
-class _Checker:
-    """Typed reads from one TOML table, each failure a ConfigError naming file and key."""
-
-    def __init__(self, path: str, prefix: str, table: Mapping[str, Any]) -> None:
-        self.path, self.prefix, self.table = path, prefix, table
-
-    def fail(self, key: str | None, problem: str) -> ConfigError:
-        where = f"{self.prefix}.{key}" if key else self.prefix
-        return ConfigError(self.path, where, problem)
-
-    def get(self, key: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
-        value = self.table.get(key, default)
-        # bool is an int in Python; a count or SM number must not be `true`.
-        if value is not None and (
-            not isinstance(value, kind) or (isinstance(value, bool) and bool not in _kinds(kind))
-        ):
-            raise self.fail(key, f"expected {_kind_name(kind)}, got {value!r}")
-        return value
-
-    def strings(self, key: str) -> tuple[str, ...] | None:
-        value = self.table.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise self.fail(key, f"expected a list of strings, got {value!r}")
-        return tuple(value)
-
-
-def _kinds(kind: type | tuple[type, ...]) -> tuple[type, ...]:
-    return kind if isinstance(kind, tuple) else (kind,)
-
-
-def _kind_name(kind: type | tuple[type, ...]) -> str:
-    return " or ".join(k.__name__ for k in _kinds(kind))
-
-
-def _check_flag(chk: _Checker, key: str, flag: str) -> None:
+def _check_flag(chk: Table, key: str, flag: str) -> None:
     if not (flag.startswith("--") and len(flag) > 2 and flag[2:].replace("-", "").isalnum()):
         raise chk.fail(key, f"{flag!r} is not a canonical long flag like '--attention-backend'")
 
 
-def _check_specifier(chk: _Checker, key: str, spec: str) -> None:
+def _check_specifier(chk: Table, key: str, spec: str) -> None:
     try:
         SpecifierSet(spec)
     except InvalidSpecifier as exc:
@@ -167,12 +130,9 @@ def compile_pattern(pattern: str) -> Any:
     return re2.compile(pattern, RE2_OPTIONS)
 
 
-def _parse_conditions(chk: _Checker) -> Conditions:
-    when = chk.get("when", dict, {})
-    wc = _Checker(chk.path, f"{chk.prefix}.when", when)
-    unknown = sorted(set(when) - _WHEN_KEYS)
-    if unknown:
-        raise wc.fail(unknown[0], f"unknown key (allowed: {', '.join(sorted(_WHEN_KEYS))})")
+def _parse_conditions(chk: Table) -> Conditions:
+    wc = chk.table("when")
+    wc.known(_WHEN_KEYS)
     arch = wc.strings("arch") or ()
     for a in arch:
         if a not in ATTENTION_ARCHS:
@@ -192,7 +152,7 @@ def _parse_conditions(chk: _Checker) -> Conditions:
     return Conditions(arch, wc.get("sm_min", int), wc.get("sm_max", int), sglang, tuple(flags))
 
 
-def _check_new_value(chk: _Checker, rule: Rule) -> None:
+def _check_new_value(chk: Table, rule: Rule) -> None:
     if rule.action in ("set_flag", "rewrite_value") and not rule.flags:
         raise chk.fail("flags", f"{rule.action} needs the flag(s) it changes")
     if rule.action == "rewrite_value" and rule.new_value is None:
@@ -220,7 +180,7 @@ def _check_new_value(chk: _Checker, rule: Rule) -> None:
         raise chk.fail("minimum", "minimum is above maximum")
 
 
-def _check_above(chk: _Checker, rule: Rule) -> None:
+def _check_above(chk: Table, rule: Rule) -> None:
     """`above:G`: a value just above the number the pattern's named group G captures."""
     assert rule.new_value is not None  # noqa: S101  (the caller checked)
     group = rule.new_value[len(ABOVE) :]
@@ -237,10 +197,8 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
     rid = table.get("id")
     if not isinstance(rid, str) or not rid:
         raise ConfigError(path, f"rules[{index}].id", "missing or not a non-empty string")
-    chk = _Checker(path, f"rules[{rid}]", table)
-    unknown = sorted(set(table) - _RULE_KEYS)
-    if unknown:
-        raise chk.fail(unknown[0], "unknown key")
+    chk = Table(path, f"rules[{rid}]", table)
+    chk.known(_RULE_KEYS)
     pattern = chk.get("pattern", str)
     if not pattern:
         raise chk.fail("pattern", "missing or empty")
@@ -287,13 +245,8 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
 
 def parse_pack(text: str, path: str) -> RulePack:
     """Parse and validate a rule pack; every problem is a ConfigError naming path and key."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(path, None, f"not valid TOML: {exc}") from None
-    head = _Checker(path, "pack", doc.get("pack", {}))
-    if not isinstance(head.table, dict):
-        raise ConfigError(path, "pack", "expected a table")
+    doc = Table.parse(text, path)
+    head = doc.table("pack")
     name = head.get("name", str)
     versions = head.get("sglang_versions", str)
     if not name:
@@ -301,9 +254,7 @@ def parse_pack(text: str, path: str) -> RulePack:
     if not versions:
         raise head.fail("sglang_versions", "missing (which SGLang versions was it read from?)")
     _check_specifier(head, "sglang_versions", versions)
-    raw_rules = doc.get("rules", [])
-    if not isinstance(raw_rules, list):
-        raise ConfigError(path, "rules", "expected an array of tables ([[rules]])")
+    raw_rules = doc.get("rules", list, [], name="an array of tables ([[rules]])")
     rules = tuple(_parse_rule(path, name, i, t) for i, t in enumerate(raw_rules))
     seen: set[str] = set()
     for rule in rules:

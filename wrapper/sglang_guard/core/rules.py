@@ -16,6 +16,7 @@ import re2
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rulepack import (
     ABOVE,
     ACTIONS,
@@ -59,6 +60,9 @@ class MatchContext:
     arch: str
     sm: int | None
     sglang_version: str | None
+    # The parser of the release that runs: a fix it would reject (an option that release
+    # lacks, a value outside its choices) is never planned; the next rule is tried instead.
+    options: OptionTable | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,6 +212,8 @@ def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | No
         return Fix(rule, rule.action, None, None, None)
     caps = captures(rule, line)
     for flag in rule.flags:
+        if not _release_has(ctx.options, flag):
+            continue
         present = flag in ctx.flags
         old = ctx.flags.get(flag)
         if present and rule.values is not None and old not in rule.values:
@@ -229,8 +235,23 @@ def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | No
                 continue
         if present and new == old:
             continue  # already so: this fix would change nothing
+        if not _release_accepts(ctx.options, flag, new):
+            continue
         return Fix(rule, rule.action, flag, old if present else None, new)
     return None
+
+
+def _release_has(options: OptionTable | None, flag: str) -> bool:
+    """True if the running release's parser knows `flag` exactly (or no table is known)."""
+    return options is None or flag in options.by_string
+
+
+def _release_accepts(options: OptionTable | None, flag: str, value: str | None) -> bool:
+    """True if that parser would take `flag value` (a choice it lists, or any value)."""
+    if options is None or value is None:
+        return True
+    choices = options.by_string[flag].choices
+    return choices is None or value in choices
 
 
 def first_fix(

@@ -34,14 +34,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
 from sglang_guard.core.events import ChildExited, ChildLine, Event, Stream
-from sglang_guard.core.logline import clean
+from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.errors import InputError
 from sglang_guard.shell.proctree import StopReport, stop_tree
 
 READ_CHUNK = 1024 * 1024  # bytes per read: the pipes are widened to this where Linux lets us
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
-LINE_CAP = 64 * 1024  # bytes of a line kept for matching; the rest is passed through only
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -164,11 +163,6 @@ class _Pump:
                 self._pending -= len(chunk)
                 self._cond.notify_all()
 
-    def drain(self, timeout: float | None) -> bool:
-        """Wait until every byte read so far has been written to the sink."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self._pending == 0, timeout)
-
 
 class Child:
     """One launch of the SGLang server (generation `gen`) and the threads that watch it."""
@@ -265,10 +259,6 @@ class Child:
     def poll(self) -> int | None:
         """The main process's exit status once it was reaped, else None."""
         return self._proc.poll()
-
-    def drain(self, timeout: float | None = None) -> bool:
-        """Wait until every byte read so far was written to the sinks; False on timeout."""
-        return all(pump.drain(timeout) for pump in self._pumps)
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait until `ChildExited` was put and every byte was written; False on timeout."""

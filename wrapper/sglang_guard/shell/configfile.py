@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
 from sglang_guard.core.guardconfig import GuardConfig, parse_guard_config
 from sglang_guard.errors import ConfigError
-from sglang_guard.shell.files import NotARegularFileError, read_text
+from sglang_guard.shell.files import read_user_text
 
 SYSTEM_CONFIG = "/etc/sglang-guard/guard.toml"
 
@@ -36,12 +37,5 @@ def read_guard_config(path: str | None) -> GuardConfig:
     """Parse the file at `path` (None: all defaults)."""
     if path is None:
         return GuardConfig()
-    try:
-        text = read_text(path)
-    except NotARegularFileError as exc:
-        raise ConfigError(path, None, f"{exc.strerror}: expected a TOML file") from None
-    except FileNotFoundError:
-        raise ConfigError(path, None, "file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(path, None, f"cannot read it ({exc})") from None
+    text = read_user_text(path, "a TOML file", partial(ConfigError, path, None))
     return parse_guard_config(text, path)

@@ -9,11 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.logline import clean
+from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, burst_fix
 from sglang_guard.errors import InputError
-from sglang_guard.shell.child import LINE_CAP
-from sglang_guard.shell.runner import load_packs
+from sglang_guard.shell.packs import load_packs
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +92,12 @@ def render_fix(fix: Fix | None) -> str:
 def explain_fix(lines: list[str], cfg: GuardConfig, argv: list[str], *,
                 sm: int | None = None, sglang_version: str | None = None) -> Fix | None:
     """The fix the supervisor would make to `argv` after this failure output (cleaned lines)."""
+    from sglang_guard.core.options import load_option_table  # noqa: PLC0415
     from sglang_guard.shell.inputs import read_command_line  # noqa: PLC0415
 
-    cl = read_command_line(argv)
-    ctx = MatchContext(cl.effective(), "unknown", sm, sglang_version)
+    options = load_option_table()
+    cl = read_command_line(argv, options)
+    ctx = MatchContext(cl.effective(), "unknown", sm, sglang_version, options)
     return burst_fix(Matcher(load_packs(cfg)), lines, ctx)
 
 

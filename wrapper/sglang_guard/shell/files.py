@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+
+from sglang_guard.errors import GuardError
 
 _KINDS = {stat.S_IFDIR: "a directory", stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket",
           stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device"}
@@ -41,6 +44,18 @@ def read_bytes(path: str | Path) -> bytes:
 def read_text(path: str | Path) -> str:
     """The whole file as UTF-8 text (UnicodeDecodeError for binary content)."""
     return read_bytes(path).decode("utf-8")
+
+
+def read_user_text(path: str, expected: str, error: Callable[[str], GuardError]) -> str:
+    """A user's file as text; each way it cannot be read is `error(one line)`, raised."""
+    try:
+        return read_text(path)
+    except FileNotFoundError:
+        raise error("file not found") from None
+    except NotARegularFileError as exc:
+        raise error(f"{exc.strerror}: expected {expected}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"cannot read it ({exc})") from None
 
 
 def write_atomic(path: str | Path, text: str) -> None:

@@ -10,13 +10,12 @@ from typing import Any
 
 from sglang_guard.core.argv import CommandLine, find_config_path, parse_command_line
 from sglang_guard.core.compat import CompatTable, load_default_table
-from sglang_guard.core.edits import dump_yaml
 from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision, preflight
-from sglang_guard.errors import InputError
-from sglang_guard.shell.files import NotARegularFileError, read_text, write_atomic
+from sglang_guard.errors import GuardError, InputError
+from sglang_guard.shell.files import read_user_text
 from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.modelprobe import resolve_model
 
@@ -35,14 +34,8 @@ class Inputs:
 
 def load_yaml(path: str) -> dict[str, Any]:
     """Read an SGLang `--config` YAML the way SGLang does (safe_load, a mapping at the root)."""
-    try:
-        text = read_text(path)
-    except FileNotFoundError:
-        raise InputError(f"--config {path}: file not found") from None
-    except NotARegularFileError as exc:
-        raise InputError(f"--config {path}: {exc.strerror}") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"--config {path}: cannot read it ({exc})") from None
+    text = read_user_text(path, "an SGLang YAML file",
+                          lambda problem: InputError(f"--config {path}: {problem}"))
     import yaml  # noqa: PLC0415 - only command lines with --config need it (1 MiB resident)
 
     try:
@@ -98,21 +91,57 @@ def default_state_dir() -> str:
     return str(Path(base) / "sglang-guard")
 
 
+def derived_dir(state_dir: str) -> str:
+    """Where derived SGLang YAMLs are named (and written, at spawn)."""
+    return str(Path(state_dir) / "derived")
+
+
 def decide(inputs: Inputs, policy: PolicyConfig, state_dir: str) -> Decision:
     """Run preflight; derived YAMLs are named under `<state_dir>/derived`."""
     return preflight(inputs.cl, inputs.options, inputs.compat, model=inputs.model,
                      draft=inputs.draft, gpu=inputs.gpu, policy=policy,
-                     derived_dir=str(Path(state_dir) / "derived"))
+                     derived_dir=derived_dir(state_dir))
 
 
-def write_derived(decision: Decision) -> None:
-    """Write the derived SGLang YAML that `argv_out` points at (atomically)."""
-    if decision.derived_yaml is None or decision.derived_path is None:
-        return
-    target = Path(decision.derived_path)
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """One launch's command line, and the facts and decision it was made from."""
+
+    cl: CommandLine  # what to launch; a derived YAML is in cl.yaml_data, written at spawn
+    options: OptionTable
+    gpu: GpuFacts
+    user_config: str | None  # the user's own `--config` YAML (watched), not a derived one
+    inputs: Inputs | None = None  # None: preflight was skipped
+    decision: Decision | None = None
+
+    @property
+    def arch(self) -> str:
+        """The model's attention arch as preflight saw it ("unknown" without preflight)."""
+        return self.inputs.model.attention_arch if self.inputs is not None else "unknown"
+
+    @property
+    def sm(self) -> int | None:
+        """The GPU's SM (None when unknown)."""
+        return self.gpu.sm
+
+
+def prepare(gpu_sm: str, policy: PolicyConfig, argv: Sequence[str], state_dir: str, *,
+            preflight: bool = True, isolate: bool = False) -> Prepared:
+    """Read the world once and decide: the command line to launch, with what it rests on."""
+    if not preflight:
+        cl = read_command_line(argv)
+        return Prepared(cl, load_option_table(), gpu_quietly(gpu_sm), cl.config_path)
+    inputs = gather(argv, gpu_sm, isolate=isolate)
+    decision = decide(inputs, policy, state_dir)
+    # Built in memory: argv_out names the derived YAML, whose data preflight already holds.
+    yaml_data = decision.derived_yaml if decision.derived_yaml is not None else inputs.cl.yaml_data
+    cl = parse_command_line(decision.argv_out, inputs.options, yaml_data)
+    return Prepared(cl, inputs.options, inputs.gpu, inputs.cl.config_path, inputs, decision)
+
+
+def gpu_quietly(gpu_sm: str) -> GpuFacts:
+    """The GPU facts, or unknown ones when the probe fails (preflight skipped: nothing to tell)."""
     try:
-        write_atomic(target, dump_yaml(decision.derived_yaml))
-    except OSError as exc:
-        raise InputError(
-            f"cannot write the derived SGLang config {target}: {exc.strerror}"
-        ) from None
+        return resolve_gpu(gpu_sm)
+    except GuardError:
+        return GpuFacts(sm=None)

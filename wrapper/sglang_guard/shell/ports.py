@@ -49,11 +49,3 @@ def wait_port_free(host: str, port: int, timeout: float) -> bool:
             return False
         time.sleep(min(_POLL, left))
     return True
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel says is free now (for tests; another process may take it later)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])

@@ -31,7 +31,6 @@ class StopReport:
 
     terminated: int
     killed: int
-    survivors_after: int
     seconds: float
 
 
@@ -177,11 +176,10 @@ def stop_tree(pid: int | None, pgid: int, grace: float) -> StopReport:
         handles += late
         for handle in survivors + late:
             handle.send(signal.SIGKILL)
-        left = _wait(survivors + late, KILL_WAIT)
+        _wait(survivors + late, KILL_WAIT)
         return StopReport(
             terminated=terminated,
             killed=len(survivors) + len(late),
-            survivors_after=len(left),
             seconds=time.monotonic() - started,
         )
     finally:

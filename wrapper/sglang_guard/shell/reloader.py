@@ -9,14 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
 from sglang_guard.core.rules import Matcher
-from sglang_guard.errors import GuardError
+from sglang_guard.errors import GuardError, InputError
 from sglang_guard.shell.configfile import read_guard_config
+from sglang_guard.shell.packs import load_packs
+
+if TYPE_CHECKING:  # the loop imports this module; preflight's probes load only in `run`
+    from sglang_guard.shell.inputs import Prepared
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,29 +44,37 @@ def effective_view(cl: CommandLine) -> dict[str, str | None]:
     return view
 
 
+def config_args(cfg: GuardConfig) -> tuple[str, ...]:
+    """The SGLang arguments the guard config gives (`[sglang] config` and `args`)."""
+    args = cfg.sglang_argv()
+    if not args:
+        raise InputError("the guard config gives no SGLang arguments ([sglang] args / config)")
+    return args
+
+
+class Prepare(Protocol):
+    """Preflight for one launch (`runner.Preflight`): argv under a config -> Prepared."""
+
+    def __call__(self, cfg: GuardConfig, argv: tuple[str, ...]) -> Prepared: ...
+
+
 @dataclass
 class Reloader:
     """Re-reads what the guard was started from and says what must change."""
 
-    config_path: str | None
-    overrides: Callable[[GuardConfig], GuardConfig]  # --policy / --gpu-sm from the command line
-    argv_from_cli: tuple[str, ...] | None  # None: the SGLang args come from the guard config
-    sglang_args: Callable[[GuardConfig, tuple[str, ...] | None], tuple[str, ...]]
-    preflight: Callable[[GuardConfig, tuple[str, ...]], CommandLine]  # argv -> fixed, parsed
-    load_matcher: Callable[[GuardConfig], Matcher]
-    base: CommandLine  # the command line preflight produced last
     cfg: GuardConfig
-    # The model's attention arch and the GPU's SM as the last preflight saw them (a YAML
-    # edit may name another model): the rules' conditions read them.
-    facts: Callable[[], tuple[str, int | None]] | None = None
+    overrides: Callable[[GuardConfig], GuardConfig]  # --policy / --gpu-sm from the command line
+    prepare: Prepare
+    base: CommandLine  # the command line preflight produced last
+    argv_from_cli: tuple[str, ...] | None  # None: the SGLang args come from the guard config
 
     def reload(self, kind: str, path: str | None, env: Env) -> ReloadOutcome:
         """Validate and apply a change of `kind` ("guard_config", "sglang_yaml", "rule_pack")."""
         record: dict[str, Any] = {"event": "reload", "kind": kind, "path": path}
         try:
-            cfg = self.overrides(read_guard_config(self.config_path)) if self.config_path \
+            cfg = self.overrides(read_guard_config(self.cfg.path)) if self.cfg.path \
                 else self.cfg
-            new_env = replace(env, matcher=self.load_matcher(cfg), restart=cfg.restart,
+            new_env = replace(env, matcher=Matcher(load_packs(cfg)), restart=cfg.restart,
                               health=cfg.health)
         except GuardError as exc:
             return self._rejected(record, str(exc), env_applied=False)
@@ -72,13 +84,14 @@ class Reloader:
                 **record, "event": "reload.applied", "restart": False,
                 "why": "rule packs apply to new log lines; SGLang keeps running"})
         try:
-            cl = self.preflight(cfg, self.sglang_args(cfg, self.argv_from_cli))
+            prepared = self.prepare(cfg, self.argv_from_cli or config_args(cfg))
         except GuardError as exc:
             outcome = self._rejected(record, str(exc), env_applied=True)
             return ReloadOutcome(new_env, None, outcome.error, outcome.record)
-        if self.facts is not None:
-            arch, sm = self.facts()
-            new_env = replace(new_env, arch=arch, sm=sm)
+        # A YAML edit may name another model: the rules' conditions read its arch and SM.
+        new_env = replace(new_env, arch=prepared.arch, sm=prepared.sm if prepared.decision
+                          else new_env.sm)
+        cl = prepared.cl
         before, after = effective_view(self.base), effective_view(cl)
         if before != after:
             diff = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))

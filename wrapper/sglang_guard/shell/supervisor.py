@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import psutil
 
@@ -46,9 +46,11 @@ from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
 from sglang_guard.shell.proctree import find_orphans, stop_tree
-from sglang_guard.shell.reloader import ReloadOutcome
 from sglang_guard.shell.timers import Timers
 from sglang_guard.shell.watch import FileWatcher, Kind
+
+if TYPE_CHECKING:
+    from sglang_guard.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
 _READY = machine.READY_LINE.encode()
@@ -62,8 +64,8 @@ class Runtime:
     launch: Sequence[str]  # e.g. [python, "-m", "sglang.launch_server"]
     state_dir: str
     env: machine.Env
-    # new Env (no restart), an error line (keep the old), or a full ReloadOutcome
-    reload: Callable[[str, str | None], machine.Env | str | ReloadOutcome]
+    # (kind, path, the Env in force) -> what changes; `reloader.Reloader.reload`
+    reload: Callable[[str, str | None, machine.Env], ReloadOutcome]
     watch: Mapping[str, Kind] = field(default_factory=dict)  # files to watch, and what they are
     stdout: BinaryIO = sys.stdout.buffer
     stderr: BinaryIO = sys.stderr.buffer
@@ -258,14 +260,7 @@ class Supervisor:
 
     def _reload(self, action: Reload) -> None:
         self._notify(Notify(reloading=True, status="reloading"))
-        result = self.rt.reload(action.kind, action.path)
-        if isinstance(result, str):
-            result = ReloadOutcome(None, None, result, {"event": "reload.rejected",
-                                                        "kind": action.kind, "error": result})
-        elif isinstance(result, machine.Env):
-            result = ReloadOutcome(result, None, None, {
-                "event": "reload.applied", "kind": action.kind, "restart": False,
-                "why": "rule packs and policy apply to new lines"})
+        result = self.rt.reload(action.kind, action.path, self.rt.env)
         self._record(result.record)
         if result.error is not None:
             self.log.error("reload.rejected", error=result.error)
