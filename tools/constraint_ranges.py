@@ -36,7 +36,7 @@ _MIN_PART = 8  # shorter literal parts ("on ", "SM") say nothing about a release
 
 def wheel_dir() -> Path:
     """Where tools/fetch-sglang-wheels keeps the wheels."""
-    import os  # noqa: PLC0415
+    import os
 
     cache = os.environ.get("SGLANG_GUARD_CACHE") or str(Path.home() / ".cache" / "sglang-guard")
     return Path(cache) / "wheels"

@@ -290,6 +290,7 @@ def parse_table(text: str, path: str) -> CompatTable:
 
 
 def load_default_table() -> CompatTable:
-    """The table shipped in configs/backends.toml (reads that one file)."""
+    """The table shipped in configs/backends.toml, as it holds for the release it was read from."""
     path = config_path("backends.toml")
-    return parse_table(path.read_text(encoding="utf-8"), str(path))
+    table = parse_table(path.read_text(encoding="utf-8"), str(path))
+    return table.for_release(table.sglang_version, None)
