@@ -322,3 +322,35 @@ def test_hybrid_gdn_gate_rewrites_to_a_listed_backend() -> None:
     assert fix is not None and (fix.flag, fix.new_value) == ("--attention-backend", "triton")
     fix = _fix(line, _ctx({}))
     assert fix is not None and (fix.action, fix.new_value) == ("set_flag", "triton")
+
+
+def test_vision_fa3_on_blackwell_without_a_flag_picks_by_sm() -> None:
+    line = "ValueError: The 'fa3' backend is not supported on Blackwell GPUs"
+    assert (fix := _fix(line, _ctx({}, sm=100))) is not None and fix.new_value == "fa4"
+    assert (fix := _fix(line, _ctx({}, sm=103))) is not None and fix.new_value == "triton_attn"
+    # The flag given: drop it first, SGLang's own default chooses again.
+    fix = _fix(line, _ctx({"--mm-attention-backend": "fa3"}, sm=100))
+    assert fix is not None and (fix.action, fix.flag) == ("drop_flag", "--mm-attention-backend")
+
+
+def test_speculative_constraints_take_sglangs_advice() -> None:
+    flags: dict[str, str | None] = {"--speculative-eagle-topk": "4", "--page-size": "64"}
+    fix = _fix("ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.",
+               _ctx(flags))
+    assert fix is not None and (fix.flag, fix.new_value) == ("--speculative-eagle-topk", "1")
+    fix = _fix(
+        "ValueError: speculative_eagle_topk > 1 with page_size > 1 is only supported on "
+        "('flashinfer', 'fa3', 'triton'); got attention_backend='trtllm_mla'. Use page_size == 1 "
+        "or one of those backends.",
+        _ctx(flags),
+    )
+    assert fix is not None and (fix.flag, fix.new_value) == ("--page-size", "1")
+
+
+def test_no_peer_access_disables_the_custom_all_reduce() -> None:
+    fix = _fix("RuntimeError: CUDART error: peer access is not supported between these two devices",
+               _ctx({"--tp-size": "2"}))
+    assert fix is not None and (fix.action, fix.flag, fix.new_value) == (
+        "set_flag", "--disable-custom-all-reduce", None)
+    assert _fix("RuntimeError: CUDART error: peer access is not supported between these two "
+                "devices", _ctx({"--disable-custom-all-reduce": None})) is None

@@ -10,14 +10,17 @@ does not help.
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.cli import main
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import clean
 from sglang_guard.core.rules import Fix, number
@@ -157,3 +160,21 @@ def test_no_flag_change_where_none_helps(entry: dict[str, Any]) -> None:
 def test_never_a_flag_the_thread_shows_does_not_help(entry: dict[str, Any]) -> None:
     fix = propose(entry)
     assert fix is None or fix.flag not in entry["fix"]["wrong"], _show(fix)
+
+
+@pytest.mark.parametrize("entry", _of("flag"), ids=lambda e: e["id"])
+def test_the_cli_names_the_same_fix(entry: dict[str, Any], tmp_path: Path,
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """`sglang-guard explain --json LOG -- ARGV` answers as the function the score uses."""
+    monkeypatch.delenv("SGLANG_GUARD_CONFIG", raising=False)
+    log = tmp_path / "server.log"
+    log.write_text(entry["log"]["text"], encoding="utf-8")
+    sm = ["--gpu-sm", str(entry["sm"])] if "sm" in entry else []
+    # The -- ARGS form, or --argv '' for an entry whose thread names no flag at all.
+    form = ["--", *entry["argv"]] if entry["argv"] else ["--argv", ""]
+    result = CliRunner().invoke(main, ["explain", "--json", *sm, str(log), *form])
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.output)["fix"]
+    want = propose(entry)
+    assert want is not None and got is not None
+    assert (got["rule"], got["flag"], got["new_value"]) == (want.rule.id, want.flag, want.new_value)

@@ -163,11 +163,13 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
               help="List every match, not only the first fatal one.")
 @click.option("--argv", "argv_text", default=None, metavar="'ARGS'",
               help="The SGLang command line that failed (or give it after --): name the fix.")
+@click.option("--gpu-sm", "gpu_sm", type=int, default=None, metavar="SM",
+              help="The GPU's SM (90, 100, ...) for rules that depend on it (default: unknown).")
 @click.argument("logfile", type=click.Path(allow_dash=True, dir_okay=False))
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @guarded
 def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: str | None,
-            logfile: str, args: tuple[str, ...]) -> None:
+            gpu_sm: int | None, logfile: str, args: tuple[str, ...]) -> None:
     """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix.
 
     With the command line (--argv 'ARGS' or -- ARGS) it also names the one flag change the
@@ -186,7 +188,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     with_argv = argv_text is not None or bool(args)
     lines = log_lines(logfile)
     matches = explain_lines(lines, cfg)
-    fix = explain_fix(lines, cfg, argv) if with_argv else None
+    fix = explain_fix(lines, cfg, argv, sm=gpu_sm) if with_argv else None
     if as_json:
         doc: dict[str, object] = {"matches": [m.as_dict() for m in matches]}
         if with_argv:
