@@ -19,6 +19,10 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 MESSAGES: dict[str, Any] = tomllib.loads(
     (DATA / "sglang-messages-0.5.23.toml").read_text(encoding="utf-8")
 )
+# Messages of other releases (issue 12: a rule per release's wording, with its range).
+OTHER: dict[str, Any] = tomllib.loads(
+    (DATA / "sglang-messages-other-releases.toml").read_text(encoding="utf-8")
+)
 PACK = load_default_pack()
 MATCHER = Matcher([PACK])
 RULES = {r.id: r for r in PACK.rules}
@@ -47,7 +51,8 @@ def test_each_message_is_caught_by_its_rule(msg: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("rule", PACK.rules, ids=lambda r: r.id)
 def test_each_rule_has_a_message_and_a_source(rule: Rule) -> None:
-    caught = [m for m in MESSAGES["message"] if rule in MATCHER.candidates(m["text"])]
+    every = MESSAGES["message"] + OTHER["message"]
+    caught = [m for m in every if rule in MATCHER.candidates(m["text"])]
     assert caught, f"no message in the data file exercises {rule.id}"
     assert rule.source and rule.reason
 
@@ -267,11 +272,6 @@ def test_sources_cite_lines_that_hold_the_message() -> None:
 
 # --- messages of other releases, and the rules added for issue 12 --------------------------
 
-OTHER: dict[str, Any] = tomllib.loads(
-    (DATA / "sglang-messages-other-releases.toml").read_text(encoding="utf-8")
-)
-
-
 @pytest.mark.parametrize("msg", OTHER["message"], ids=lambda m: f"{m['rule']}@{m['release']}")
 def test_each_other_release_message_is_caught_by_its_rule(msg: dict[str, str]) -> None:
     matched = [r.id for r in MATCHER.candidates(clean(msg["text"].encode(), 4096))]
@@ -354,3 +354,21 @@ def test_no_peer_access_disables_the_custom_all_reduce() -> None:
         "set_flag", "--disable-custom-all-reduce", None)
     assert _fix("RuntimeError: CUDART error: peer access is not supported between these two "
                 "devices", _ctx({"--disable-custom-all-reduce": None})) is None
+
+
+def test_release_ranges_limit_rules_to_the_releases_that_print_their_message() -> None:
+    old = ("ValueError: TRTLLM MHA backend for prefill is only supported on Blackwell GPUs "
+           "(SM100). Please use a different prefill backend.")
+    flags: dict[str, str | None] = {"--attention-backend": "trtllm_mha"}
+
+    def at(version: str | None) -> Fix | None:
+        ctx = MatchContext(flags=flags, arch="unknown", sm=None, sglang_version=version)
+        return first_fix(MATCHER, old, ctx, {})[0]
+
+    assert (fix := at("0.5.18")) is not None and fix.action == "drop_flag"
+    assert at("0.5.23") is None and at("0.5.9") is None
+    assert at(None) is not None  # an unknown release never excludes a rule
+    kv = ("ValueError: Loaded weights leave no GPU memory for the KV cache under "
+          "--mem-fraction-static=0.8. Raise --mem-fraction-static above 0.912 (minimum")
+    ctx = MatchContext(flags={}, arch="unknown", sm=None, sglang_version="0.5.13")
+    assert first_fix(MATCHER, kv, ctx, {})[0] is None
