@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from sglang_guard.core.logline import clean
-from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix, load_default_pack
+from sglang_guard.core.rules import (
+    Fix,
+    MatchContext,
+    Matcher,
+    Rule,
+    burst_fix,
+    first_fix,
+    load_default_pack,
+)
 from sglang_guard.resources import config_path
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -372,3 +380,13 @@ def test_release_ranges_limit_rules_to_the_releases_that_print_their_message() -
           "--mem-fraction-static=0.8. Raise --mem-fraction-static above 0.912 (minimum")
     ctx = MatchContext(flags={}, arch="unknown", sm=None, sglang_version="0.5.13")
     assert first_fix(MATCHER, kv, ctx, {})[0] is None
+
+
+def test_real_kv_budget_failure_is_raised_to_what_sglang_names() -> None:
+    """Real SGLang 0.5.23 on CPU with --mem-fraction-static 0.01 (tests/data/sglang-logs)."""
+    path = DATA / "sglang-logs" / "llama-mem-fraction-low.log"
+    lines = [clean(raw, 4096) for raw in path.read_bytes().splitlines()
+             if not raw.startswith(b"# ")]
+    ctx = _ctx({"--mem-fraction-static": "0.01"})
+    fix = burst_fix(MATCHER, lines, ctx)
+    assert fix is not None and (fix.rule.id, fix.new_value) == ("kv-no-memory-raise-above", "0.048")
