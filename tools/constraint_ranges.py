@@ -24,14 +24,15 @@ from pathlib import Path
 
 from packaging.version import Version
 
+from sglang_guard.core.msgsearch import holds, normalise, parts
+
 REPO = Path(__file__).resolve().parent.parent
 TABLE = REPO / "configs" / "backends.toml"
 RELEASES = REPO / "configs" / "sglang" / "releases.txt"
-_PLACEHOLDER = re.compile(r"\{[^{}]*\}")
-# Adjacent string literals across a line break ("... SM<=90. "\n    "Please use ..."): joined
-# so that a message split over source lines reads as the one string Python makes of it.
-_JOIN = re.compile(r"(?P<q>[\"'])[ \t]*(?:\\)?\n[ \t]*[frbFRB]{0,2}(?P=q)")
-_MIN_PART = 8  # shorter literal parts ("on ", "SM") say nothing about a release
+
+
+# Not the server: the diffusion runtime and the test suites hold none of its checks.
+_NOT_SERVER = ("sglang/multimodal_gen/", "sglang/test/")
 
 
 def wheel_dir() -> Path:
@@ -52,19 +53,9 @@ def source_text(wheel: Path) -> str:
     """Every .py file of the sglang package in `wheel`, joined."""
     with zipfile.ZipFile(wheel) as zf:
         text = "\n".join(zf.read(n).decode("utf-8", "replace") for n in zf.namelist()
-                          if n.startswith("sglang/") and n.endswith(".py"))
-    return _JOIN.sub("", text)
-
-
-def parts(message: str) -> list[str]:
-    """The literal parts of a message template that must appear in the source."""
-    return [p for p in _PLACEHOLDER.split(message) if len(p.strip()) >= _MIN_PART]
-
-
-def holds(text: str, message: str) -> bool:
-    """True if every long literal part of `message` is in `text`."""
-    found = parts(message)
-    return bool(found) and all(p in text for p in found)
+                          if n.startswith("sglang/") and n.endswith(".py")
+                          and not n.startswith(_NOT_SERVER))
+    return normalise(text)
 
 
 def spec_for(present: list[bool], versions: list[str], fallback: str) -> str:

@@ -88,6 +88,7 @@ def main() -> None:
     sglang-guard check -- --model-path DIR --attention-backend cutedsl_mla
     sglang-guard run   -- --model-path DIR --attention-backend cutedsl_mla
     sglang-guard explain server.log
+    sglang-guard rules import errors.jsonl -o imported.toml --sglang-version '>=0.5.23,<0.5.24'
     """
 
 
@@ -95,20 +96,30 @@ def main() -> None:
 @_common
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option("--state-dir", default=None, help="Where derived SGLang YAML files are named.")
+@click.option("--sglang-version", default=None, metavar="V",
+              help="Decide for this SGLang release (default: --python's, else the newest table).")
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="Read the SGLang release from this interpreter's installed package.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @guarded
 def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as_json: bool,
-          state_dir: str | None, args: tuple[str, ...]) -> None:
+          state_dir: str | None, sglang_version: str | None, python: str | None,
+          args: tuple[str, ...]) -> None:
     """Show what preflight decides for an SGLang command line, without launching.
 
     Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
     """
     from sglang_guard.shell.inputs import default_state_dir, prepare  # noqa: PLC0415
+    from sglang_guard.shell.whichrelease import resolve_release  # noqa: PLC0415
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
+    release = resolve_release(
+        version=sglang_version or cfg.sglang.version,
+        version_source="--sglang-version" if sglang_version else "[sglang] version",
+        python=python or cfg.sglang.python)
     prepared = prepare(cfg.gpu_sm, cfg.policy, sglang_args(cfg, args),
-                       state_dir or cfg.state_dir or default_state_dir())
+                       state_dir or cfg.state_dir or default_state_dir(), release)
     decision, inputs = prepared.decision, prepared.inputs
     assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
     if as_json:
@@ -201,3 +212,44 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
         click.echo(m.render())
     if with_argv:
         click.echo(render_fix(fix))
+
+
+@main.group()
+def rules() -> None:
+    """Rule packs: make one from an error dataset."""
+
+
+@rules.command("import")
+@click.option("-o", "--output", default=None, metavar="PACK.toml",
+              help="Write the pack here (default: stdout).")
+@click.option("--sglang-version", "versions", default=None, metavar="RANGE",
+              help="The pack's SGLang release range, e.g. '>=0.5.23,<0.5.24'.")
+@click.option("--sglang-src", default=None, metavar="SITE_PACKAGES",
+              help="Read the release from an SGLang install: keep only the records whose "
+                   "message its source holds.")
+@click.option("--name", default=None, help="The pack's name (default: the file's stem).")
+@click.argument("dataset", type=click.Path(dir_okay=False))
+@guarded
+def import_(output: str | None, versions: str | None, sglang_src: str | None,
+            name: str | None, dataset: str) -> None:
+    """Turn an error dataset (JSONL, schema v2) into a rule pack.
+
+    Exit status: 0 written, 2 bad input (unreadable dataset, unknown schema version, no
+    record that gives a rule).
+    """
+    from sglang_guard.shell.importer import import_dataset  # noqa: PLC0415
+
+    outcome = import_dataset(dataset, output=output, versions=versions,
+                             sglang_src=sglang_src, name=name)
+    for note in outcome.imported.notes:
+        click.echo(f"sglang-guard: record {note.record}: {note.problem}", err=True)
+    rules_ = outcome.pack.rules
+    advice = sum(r.action == "advice" for r in rules_)
+    skipped = sum(n.skipped for n in outcome.imported.notes)
+    summary = (f"{len(rules_)} rules ({len(rules_) - advice} with an action, {advice} advice) "
+               f"from {outcome.imported.records} records, {skipped} skipped")
+    if output is None:
+        click.echo(outcome.text, nl=False)
+        click.echo(f"sglang-guard: {summary}", err=True)
+    else:
+        click.echo(f"sglang-guard: wrote {output}: {summary}", err=True)

@@ -289,8 +289,39 @@ def parse_table(text: str, path: str) -> CompatTable:
     return table
 
 
+_RAW: list[CompatTable] = []
+
+
+def load_raw_table() -> CompatTable:
+    """configs/backends.toml as written: every release's entries (read once per process)."""
+    if not _RAW:
+        path = config_path("backends.toml")
+        _RAW.append(parse_table(path.read_text(encoding="utf-8"), str(path)))
+    return _RAW[0]
+
+
 def load_default_table() -> CompatTable:
     """The table shipped in configs/backends.toml, as it holds for the release it was read from."""
-    path = config_path("backends.toml")
-    table = parse_table(path.read_text(encoding="utf-8"), str(path))
+    table = load_raw_table()
     return table.for_release(table.sglang_version, None)
+
+
+def confirmed_only(table: CompatTable, source: str | None) -> tuple[CompatTable, int, int]:
+    """For a release without a table of its own: a check whose message its installed source
+    (normalised, see core/msgsearch) does not hold may warn, never drop, rewrite or refuse.
+
+    Returns the table and (confirmed, total) counts; `source` None confirms nothing.
+    """
+    from sglang_guard.core.msgsearch import holds  # noqa: PLC0415
+
+    total = confirmed = 0
+    backends = []
+    for b in table.backends:
+        kept = []
+        for c in b.constraints:
+            total += 1
+            ok = source is not None and c.message is not None and holds(source, c.message)
+            confirmed += ok
+            kept.append(c if ok else replace(c, fatal=False))
+        backends.append(replace(b, constraints=tuple(kept)))
+    return replace(table, backends=tuple(backends)), confirmed, total

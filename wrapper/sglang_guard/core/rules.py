@@ -42,6 +42,8 @@ __all__ = [
     "Matcher",
     "Rule",
     "RulePack",
+    "advice_for",
+    "advice_record",
     "burst_fix",
     "captures",
     "compile_pattern",
@@ -63,6 +65,8 @@ class MatchContext:
     # The parser of the release that runs: a fix it would reject (an option that release
     # lacks, a value outside its choices) is never planned; the next rule is tried instead.
     options: OptionTable | None = None
+    # The flag the guard's own last fix changed (None: no fix since the last ready launch).
+    last_edit_flag: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,9 +264,11 @@ def first_fix(
     """The fix for `line` and the matching fatal rules skipped because their budget ran out.
 
     Candidates are tried by descending priority, then pack order; a rule applies when its
-    conditions hold, it has fires left and `plan_fix` finds something to change.
+    conditions hold, it has fires left and `plan_fix` finds something to change. Advice
+    rules are never candidates: they change nothing (see `advice_for`).
     """
-    candidates = sorted((r for r in matcher.candidates(line) if r.fatal), key=lambda r: -r.priority)
+    candidates = sorted((r for r in matcher.candidates(line) if r.fatal and r.action != "advice"),
+                        key=lambda r: -r.priority)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
     for rule in candidates:
@@ -271,8 +277,31 @@ def first_fix(
                 exhausted.append(rule)
             continue
         if chosen is None:
-            chosen = plan_fix(rule, ctx, line)
+            chosen = _undo(rule, ctx, line) if rule.action == "undo_guard_edit" \
+                else plan_fix(rule, ctx, line)
     return chosen, tuple(exhausted)
+
+
+def _undo(rule: Rule, ctx: MatchContext, line: str) -> Fix | None:
+    """Undo the guard's last fix when the parser's rejection names the flag it changed."""
+    flag = ctx.last_edit_flag
+    if flag is None or not _conditions_hold(rule.conditions, ctx) or flag not in line:
+        return None
+    return Fix(rule, "undo_guard_edit", flag, ctx.flags.get(flag), None)
+
+
+def advice_for(matcher: Matcher, line: str, ctx: MatchContext) -> tuple[Rule, ...]:
+    """The advice rules (no automatic action) that `line` triggers on this command line."""
+    return tuple(r for r in matcher.candidates(line)
+                 if r.action == "advice" and _conditions_hold(r.conditions, ctx))
+
+
+def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:
+    """The journal record of an advice rule that matched: what to read, nothing changed."""
+    return {"event": "advice", "trigger": "log", "rule": rule.id, "record": rule.record,
+            "line": line, "gen": gen, "reason": rule.reason, "explanation": rule.explanation,
+            "solutions": list(rule.solutions), "prevention": list(rule.prevention),
+            "source": rule.source}
 
 
 def burst_fix(matcher: Matcher, lines: Sequence[str], ctx: MatchContext) -> Fix | None:
