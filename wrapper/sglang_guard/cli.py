@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -185,30 +186,52 @@ def serve(args: tuple[str, ...]) -> None:
     serve_main(args)
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.option("--json", "as_json", is_flag=True, help="JSON output: {\"matches\": [...]}.")
 @click.option("--config", "config_path", default=None, metavar="GUARD.toml",
               help="The guard's config (for extra rule packs).")
 @click.option("--all", "show_all", is_flag=True,
               help="List every match, not only the first fatal one.")
+@click.option("--argv", "argv_text", default=None, metavar="'ARGS'",
+              help="The SGLang command line that failed (or give it after --): name the fix.")
+@click.option("--gpu-sm", "gpu_sm", type=int, default=None, metavar="SM",
+              help="The GPU's SM (90, 100, ...) for rules that depend on it (default: unknown).")
 @click.argument("logfile", type=click.Path(allow_dash=True, dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @guarded
-def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str) -> None:
-    """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix."""
+def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: str | None,
+            gpu_sm: int | None, logfile: str, args: tuple[str, ...]) -> None:
+    """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix.
+
+    With the command line (--argv 'ARGS' or -- ARGS) it also names the one flag change the
+    guard would make to it, as the supervisor picks it from the whole failure output.
+    """
     from sglang_guard.core.redact import redact_text, redact_value  # noqa: PLC0415
-    from sglang_guard.shell.explain import explain_log  # noqa: PLC0415
+    from sglang_guard.shell.explain import (  # noqa: PLC0415
+        explain_fix,
+        explain_log,
+        fix_as_dict,
+        matching_lines,
+        render_fix,
+    )
 
     cfg = load_config(config_path, None, None)
-    matches = explain_log(logfile, cfg)
+    argv = [*shlex.split(argv_text or ""), *args]
+    with_argv = argv_text is not None or bool(args)
+    matches = explain_log(logfile, cfg)  # one streamed pass, bounded memory
+    fix = explain_fix(matching_lines(matches), cfg, argv, sm=gpu_sm) if with_argv else None
     if as_json:  # log lines are masked like the guard's own output: a log may carry keys
-        click.echo(json.dumps({"matches": [redact_value(m.as_dict()) for m in matches]},
-                              indent=2))
+        doc: dict[str, object] = {"matches": [redact_value(m.as_dict()) for m in matches]}
+        if with_argv:
+            doc["fix"] = redact_value(fix_as_dict(fix))
+        click.echo(json.dumps(doc, indent=2))
         return
     if not matches:
         click.echo("no rule matches this log")
-        return
     for m in matches if show_all else matches[:1]:
         click.echo(redact_text(m.render()))
+    if with_argv:
+        click.echo(redact_text(render_fix(fix)))
 
 
 @main.group()
