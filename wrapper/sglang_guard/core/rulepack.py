@@ -19,9 +19,15 @@ from sglang_guard.core.tomlread import Table
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
 
-ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit")
+# "advice": no automatic action; the guard shows the rule's explanation and solutions.
+ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit",
+           "advice")
 FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 SCALE = "scale:"
+ABOVE = "above:"
+# A pattern's named group `current` (e.g. "under --mem-fraction-static=(?P<current>[0-9.]+)")
+# is the value SGLang ran with: the base of `scale:F` when the flag is not on the command line.
+CURRENT_GROUP = "current"
 
 RE2_OPTIONS = re2.Options()
 RE2_OPTIONS.log_errors = False  # a bad pattern becomes a ConfigError, not stderr noise
@@ -62,6 +68,11 @@ class Rule:
     # Higher wins when one line matches several rules; a catch-all (a crash banner printed
     # before the real cause) sits below zero so that the specific rule is preferred.
     priority: int = 0
+    # From an error-dataset record (`rules import`): its id, and what a person should read.
+    record: str | None = None
+    explanation: str = ""
+    solutions: tuple[str, ...] = ()
+    prevention: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +115,10 @@ _RULE_KEYS = frozenset(
         "minimum",
         "maximum",
         "priority",
+        "record",
+        "explanation",
+        "solutions",
+        "prevention",
     }
 )
 _WHEN_KEYS = frozenset({"arch", "sm_min", "sm_max", "sglang", "flags"})
@@ -155,9 +170,14 @@ def _check_new_value(chk: Table, rule: Rule) -> None:
         raise chk.fail("new_value", "rewrite_value needs a new_value")
     if rule.action not in ("set_flag", "rewrite_value") and rule.new_value is not None:
         raise chk.fail("new_value", f"{rule.action} takes no new_value")
+    if rule.new_value is not None and rule.new_value.startswith(ABOVE):
+        _check_above(chk, rule)
+        return
     if rule.new_value is None or not rule.new_value.startswith(SCALE):
         if rule.default is not None or rule.minimum is not None or rule.maximum is not None:
-            raise chk.fail("default", "default/minimum/maximum only go with new_value 'scale:F'")
+            raise chk.fail(
+                "default", "default/minimum/maximum only go with new_value 'scale:F' or 'above:G'"
+            )
         return
     try:
         factor = float(rule.new_value[len(SCALE) :])
@@ -169,6 +189,17 @@ def _check_new_value(chk: Table, rule: Rule) -> None:
         raise chk.fail("default", f"{rule.default!r} is not a number")
     if rule.minimum is not None and rule.maximum is not None and rule.minimum > rule.maximum:
         raise chk.fail("minimum", "minimum is above maximum")
+
+
+def _check_above(chk: Table, rule: Rule) -> None:
+    """`above:G`: a value just above the number the pattern's named group G captures."""
+    assert rule.new_value is not None  # noqa: S101  (the caller checked)
+    group = rule.new_value[len(ABOVE) :]
+    if group not in compile_pattern(rule.pattern).groupindex:
+        problem = f"{rule.new_value!r}: the pattern has no group (?P<{group}>...)"
+        raise chk.fail("new_value", problem)
+    if rule.default is not None or rule.minimum is not None:
+        raise chk.fail("default", "above:G takes only a maximum (the cap)")
 
 
 def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
@@ -218,6 +249,10 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
         minimum=None if minimum is None else float(minimum),
         maximum=None if maximum is None else float(maximum),
         priority=chk.get("priority", int, 0),
+        record=chk.get("record", str),
+        explanation=chk.get("explanation", str, ""),
+        solutions=chk.strings("solutions") or (),
+        prevention=chk.strings("prevention") or (),
     )
     _check_new_value(chk, rule)
     return rule

@@ -21,14 +21,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
-from sglang_guard.core.facts import ModelFacts
+from sglang_guard.core.facts import ModelFacts, ModelShape
+from sglang_guard.core.limits import MAX_JSON_BYTES, LimitError, check_json
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
 from sglang_guard.shell.files import read_bytes, write_atomic
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
-_CACHE_VERSION = "1"
+_CACHE_VERSION = "2"  # 2: the model shape (heads, MLP widths, context, quantization)
+# SGLang's CONTEXT_LENGTH_KEYS (srt/utils/hf_transformers/common.py:668, 0.5.23): first found wins.
+_CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                 "max_position_embeddings")
 
 
 def cache_dir() -> Path:
@@ -41,6 +45,10 @@ def parse_overrides(override_args: str | None) -> dict[str, Any]:
     """`--json-model-override-args` as a dict (SGLang json.loads it the same way)."""
     if not override_args:
         return {}
+    try:
+        check_json(override_args, "--json-model-override-args")
+    except LimitError as exc:
+        raise InputError(str(exc)) from None
     try:
         data = json.loads(override_args)
     except ValueError as exc:
@@ -82,25 +90,29 @@ def resolve_model(
             return ModelFacts(path, (), "unknown", None,
                               f"cannot resolve hub model {path!r} ({why}): architecture checks "
                               "skipped")
+        try:
+            check_json(raw, f"config.json of {path}")
+        except LimitError as exc:
+            raise ModelError(str(exc)) from None
     key = _cache_key(raw, revision, trust_remote_code, overrides, is_draft) + (
         f"-{sglang_release}" if sglang_release else "")
     cached = _cache_get(key) if use_cache else None
     if cached is not None:
-        return ModelFacts(path, tuple(cached["architectures"]), cached["attention_arch"],
-                          cached["model_type"], cached["warning"])
+        return _facts_from(path, cached)
     if isolate:
         return _resolve_in_subprocess(path, revision, trust_remote_code,
                                       override_args=override_args, is_draft=is_draft,
                                       sglang_release=sglang_release)
     table = arch_table(sglang_release)  # parsed only on a miss: the cache key covers its text
-    archs, model_type, fields, warning = _auto_config(
+    archs, model_type, fields, warning, shape = _auto_config(
         path, raw, revision=revision, trust_remote_code=trust_remote_code,
         overrides=overrides, table=table,
     )
     if is_draft:
         archs = draft_architectures(table, archs)
     facts = ModelFacts(path, archs, classify(table, archs, fields) if archs else "unknown",
-                       model_type, warning if archs else (warning or "config has no architectures"))
+                       model_type, warning if archs else (warning or "config has no architectures"),
+                       shape)
     if use_cache:
         _cache_put(key, facts)
     return facts
@@ -132,11 +144,24 @@ def _resolve_in_subprocess(path: str, revision: str | None, trust: bool, *,
     try:
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise ModelError(f"resolving {path!r} failed: {proc.stderr.strip()[-300:]}") from None
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise ModelError(f"resolving {path!r} failed: {last[-300:]}") from None
     if "error" in answer:
         raise ModelError(answer["error"])
-    return ModelFacts(path, tuple(answer["architectures"]), answer["attention_arch"],
-                      answer["model_type"], answer["warning"])
+    return _facts_from(path, answer)
+
+
+def _facts_from(path: str, data: dict[str, Any]) -> ModelFacts:
+    """ModelFacts from the JSON of the cache or the subprocess."""
+    return ModelFacts(path, tuple(data["architectures"]), data["attention_arch"],
+                      data["model_type"], data["warning"], ModelShape.from_dict(data.get("shape")))
+
+
+def _facts_json(facts: ModelFacts) -> str:
+    return json.dumps({"architectures": list(facts.architectures),
+                       "attention_arch": facts.attention_arch,
+                       "model_type": facts.model_type, "warning": facts.warning,
+                       "shape": facts.shape.as_dict() if facts.shape else None})
 
 
 def _main() -> None:
@@ -150,9 +175,10 @@ def _main() -> None:
     except InputError as exc:
         print(json.dumps({"error": str(exc)}))
         return
-    print(json.dumps({"architectures": list(facts.architectures),
-                      "attention_arch": facts.attention_arch,
-                      "model_type": facts.model_type, "warning": facts.warning}))
+    except Exception as exc:
+        print(json.dumps({"error": f"resolving {req['path']!r} failed: {_first_line(exc)}"}))
+        return
+    print(_facts_json(facts))
 
 
 def _looks_like_path(path: str) -> bool:
@@ -171,9 +197,13 @@ def _read_local_config(local: Path) -> bytes | None:
             return None
         raise ModelError(f"model directory {str(local)!r} has no config.json")
     try:
-        raw = read_bytes(cfg)
+        raw = read_bytes(cfg, limit=MAX_JSON_BYTES)
     except OSError as exc:
         raise ModelError(f"cannot read {cfg}: {exc.strerror}") from exc
+    try:
+        check_json(raw, str(cfg))
+    except LimitError as exc:
+        raise ModelError(str(exc)) from None
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -225,7 +255,7 @@ def _auto_config(
     trust_remote_code: bool,
     overrides: Mapping[str, Any],
     table: ArchTable,
-) -> tuple[tuple[str, ...], str | None, dict[str, Any], str | None]:
+) -> tuple[tuple[str, ...], str | None, dict[str, Any], str | None, ModelShape]:
     """Load with AutoConfig (as SGLang's get_config does), apply overrides, read the text config."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
@@ -240,11 +270,21 @@ def _auto_config(
             path, trust_remote_code=trust_remote_code, revision=revision
         )
     except (ValueError, KeyError, OSError) as exc:
+        first = _first_line(exc)
+        if not trust_remote_code and _needs_remote_code(raw):
+            # SGLang would not run that code either: nothing here says what it would build.
+            return (), _model_type(raw), {}, (
+                f"{path} needs its own code (auto_map) to load, and remote code is not "
+                f"trusted ({first}): architecture checks skipped"), ModelShape()
         # A model_type transformers does not know (SGLang registers its own config classes
-        # for those) or remote code the command did not allow: read the plain fields.
+        # for those): read the plain fields.
         config = PretrainedConfig.from_dict(json.loads(raw))
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         warning = f"AutoConfig could not load it ({first}); read config.json as-is"
+    except Exception as exc:
+        # (huggingface_hub's StrictDataclass*ValidationError): SGLang's get_config would fail
+        # on it too, so it is bad input, not a guard bug.
+        raise ModelError(f"{path}: transformers rejects this config ({_first_line(exc)})"
+                         ) from None
     for key, value in overrides.items():  # mirrors sglang get_config's override merge
         current = getattr(config, key, None)
         if isinstance(value, dict) and isinstance(current, PretrainedConfig):
@@ -258,7 +298,73 @@ def _auto_config(
     text = _text_config(config, archs)
     wanted = {r.field for r in table.rules if r.field}
     fields = {f: _get(text, f) for f in wanted if _has(text, f)}
-    return archs, getattr(config, "model_type", None), fields, warning
+    return archs, getattr(config, "model_type", None), fields, warning, _shape(config, text)
+
+
+def _int(obj: Any, name: str) -> int | None:
+    value = _get(obj, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _context_length(text: Any) -> int:
+    """SGLang's get_context_length (srt/utils/hf_transformers/common.py:677, 0.5.23)."""
+    rope = _get(text, "rope_scaling")
+    factor: Any = 1
+    if rope and isinstance(rope, dict):
+        factor = rope.get("factor", 1)
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in _CONTEXT_KEYS:
+        value = _get(text, key)
+        if value is not None:
+            return int(factor * value)
+    return 2048
+
+
+def _shape(config: Any, text: Any) -> ModelShape:
+    """The numbers the size checks read: heads and widths from the text config (as SGLang's
+    hf_text_config), quantization from the top config (ModelConfig._parse_quant_hf_config)."""
+    quant = _get(config, "quantization_config") or _get(config, "compression_config")
+    quant = quant if isinstance(quant, dict) else (quant.to_dict() if hasattr(quant, "to_dict")
+                                                   else None)
+    method = quant.get("quant_method") if quant else None
+    block = quant.get("weight_block_size") if quant else None
+    heads = _int(text, "num_attention_heads")
+    try:
+        context: int | None = _context_length(text)
+    except (TypeError, ValueError):
+        context = None
+    return ModelShape(
+        num_attention_heads=heads,
+        num_key_value_heads=_int(text, "num_key_value_heads") or heads,
+        intermediate_size=_int(text, "intermediate_size"),
+        moe_intermediate_size=_int(text, "moe_intermediate_size"),
+        first_k_dense_replace=_int(text, "first_k_dense_replace"),
+        context_length=context,
+        quant_method=method.lower() if isinstance(method, str) else None,
+        weight_block_size=(int(block[0]), int(block[1]))
+        if isinstance(block, list | tuple) and len(block) == 2 else None,
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    return " ".join(lines[:2])[:200] or type(exc).__name__
+
+
+def _needs_remote_code(raw: bytes) -> bool:
+    with contextlib.suppress(ValueError):
+        data = json.loads(raw)
+        return isinstance(data, dict) and bool(data.get("auto_map"))
+    return False
+
+
+def _model_type(raw: bytes) -> str | None:
+    with contextlib.suppress(ValueError):
+        data = json.loads(raw)
+        if isinstance(data, dict) and isinstance(data.get("model_type"), str):
+            return str(data["model_type"])
+    return None
 
 
 def _text_config(config: Any, archs: tuple[str, ...]) -> Any:
@@ -319,9 +425,7 @@ def _cache_get(key: str) -> dict[str, Any] | None:
 
 
 def _cache_put(key: str, facts: ModelFacts) -> None:
-    body = json.dumps({"architectures": list(facts.architectures),
-                       "attention_arch": facts.attention_arch,
-                       "model_type": facts.model_type, "warning": facts.warning})
+    body = _facts_json(facts)
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
         write_atomic(cache_dir() / f"{key}.json", body)
 
