@@ -626,3 +626,48 @@ def test_a_parser_rejection_the_guard_did_not_cause_undoes_nothing() -> None:
     run = Run(env=replace(make_env(), matcher=Matcher([UNDO_PACK])))
     run.start()
     assert events_of(run.line(REJECT)) == []  # the user's own flag: no undo, no fix
+
+
+REFUSE_PACK = parse_pack(
+    """
+[pack]
+name = "r"
+sglang_versions = ">=0.5.1"
+
+[[rules]]
+id = "bad-value"
+pattern = 'boom'
+action = "set_flag"
+flags = ["--served-model-name"]
+new_value = "--not-a-value"
+priority = 5
+
+[[rules]]
+id = "next-rung"
+pattern = 'boom'
+action = "drop_flag"
+flags = ["--attention-backend"]
+""",
+    "r.toml",
+)
+
+
+def test_a_fix_the_parser_would_reject_is_not_launched_the_next_rung_is() -> None:
+    run = Run(env=replace(make_env(), matcher=Matcher([REFUSE_PACK])))
+    run.start()
+    acts = run.line("RuntimeError: boom")
+    assert record(acts, "fix.refused")["rule"] == "bad-value"
+    assert record(acts, "remediated")["rule"] == "next-rung"
+    spawn = only(run.exited(1), Spawn)
+    assert "--not-a-value" not in spawn.argv and "--attention-backend" not in spawn.argv
+
+
+def test_with_no_rung_left_the_guard_gives_up_with_the_parsers_reason() -> None:
+    run = Run(env=replace(make_env(), matcher=Matcher([REFUSE_PACK])),
+              argv=("--model-path", "/m", "--port", "31000"))
+    run.start()
+    acts = run.line("RuntimeError: boom")
+    reason = record(acts, "give_up.planned")["reason"]
+    assert reason.startswith("bad-value: SGLang would reject the edited command line (")
+    exit_ = only(run.exited(1), Exit)
+    assert exit_.code == EXIT_GIVE_UP

@@ -272,6 +272,9 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
     new_cl = parse_command_line(result.argv, env.options, yaml_data)
     if new_cl.argv == state.cl.argv and result.derived_yaml is None:
         return _repeat(state, rule.id, line, env, [])
+    rejected = _new_problems(state.cl, new_cl)
+    if rejected:  # never launch what the release's parser rejects: the next rung, or give up
+        return _refuse_fix(state, fix, line, env, rejected)
     journal = Journal({
         "event": "remediated", **base, "flag": fix.flag, "action": fix.action,
         "old_value": fix.old_value, "new_value": fix.new_value, "reason": rule.reason,
@@ -283,6 +286,30 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
     state = replace(state, before_fix=(state.cl, fix.flag or ""))
     new, actions = _stop(state, pending, f"rule {rule.id}")
     return new, [journal, status, *actions]
+
+
+def _new_problems(before: CommandLine, after: CommandLine) -> tuple[str, ...]:
+    """What the release's parser would reject in `after` that it did not in `before`."""
+    old = {o.problem for o in before.occurrences if o.problem}
+    return tuple(dict.fromkeys(o.problem for o in after.occurrences
+                               if o.problem and o.problem not in old))
+
+
+def _refuse_fix(state: State, fix: Fix, line: str, env: Env, rejected: tuple[str, ...]
+                ) -> tuple[State, list[Action]]:
+    """The fix would give a command line SGLang's parser rejects: try the next one, or give up."""
+    why = (f"{fix.rule.id}: SGLang {env.sglang_version or ''} would reject the edited command "
+           f"line ({'; '.join(rejected)})").replace("SGLang  ", "SGLang ")
+    journal = Journal({"event": "fix.refused", "rule": fix.rule.id, "flag": fix.flag,
+                       "new_value": fix.new_value, "gen": state.gen, "reason": why})
+    nxt, _ = first_fix(env.matcher, line, _ctx(state, env), state.fired)
+    if nxt is not None and nxt.rule.priority >= 0:
+        new, actions = _apply_fix(state, nxt, line, env)
+        return new, [journal, *actions]
+    pending = Pending("exit", code=EXIT_GIVE_UP, reason=why)
+    new, actions = _stop(state, pending, f"rule {fix.rule.id}")
+    return new, [journal, Journal({"event": "give_up.planned", "rule": fix.rule.id,
+                                   "line": line, "gen": state.gen, "reason": why}), *actions]
 
 
 def _repeat(state: State, rule_id: str, line: str, env: Env, actions: list[Action]
