@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sglang_guard.core.group import group_spec
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
 from sglang_guard.core.options import OptionTable
@@ -138,7 +140,18 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                         argv_from_cli=None if opts.argv_from_config else opts.argv)
     rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env, reload=reloader.reload,
                  watch=watched_files(cfg, first))
-    return run_supervisor(rt, first.cl, journal)
+    cl = first.cl
+    spec = group_spec(cl, os.environ, cfg.group.port)
+    if spec is not None:  # a multi-node group (docs/multinode.md)
+        from sglang_guard.shell import group  # noqa: PLC0415 - single-node guards skip it
+
+        if journal is not None:
+            journal.write({"event": "group.start", "rank": spec.rank, "nnodes": spec.nnodes,
+                           "leader": spec.leader, "port": spec.port})
+        rt.group, cl, rt.env = group.open_group(spec, cfg.group, cl, first.gpu, env)
+        if not spec.leads:
+            rt.reload = group.worker_reload(rt.reload)
+    return run_supervisor(rt, cl, journal)
 
 
 def watched_files(cfg: GuardConfig, prepared: Prepared) -> dict[str, Kind]:

@@ -50,6 +50,7 @@ from sglang_guard.shell.timers import Timers
 from sglang_guard.shell.watch import FileWatcher, Kind
 
 if TYPE_CHECKING:
+    from sglang_guard.shell.group import Link
     from sglang_guard.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
@@ -70,6 +71,7 @@ class Runtime:
     stdout: BinaryIO = sys.stdout.buffer
     stderr: BinaryIO = sys.stderr.buffer
     child_env: dict[str, str] | None = None
+    group: Link | None = None  # a multi-node group's leader or worker side (shell/group.py)
 
 
 class Supervisor:
@@ -104,17 +106,23 @@ class Supervisor:
         watcher = FileWatcher(self.events, self.rt.watch) if self.rt.watch else None
         if watcher is not None:
             watcher.start()
+        if self.rt.group is not None:
+            self.rt.group.start(self.events)
         try:
             self.state, actions = machine.start(self.state, self.rt.env)
             code = self._act(actions)
             while code is None:
                 event = self.events.get()
+                if self.rt.group is not None:
+                    self.rt.group.saw_event(event, self.state)
                 self.state, actions = machine.step(
                     self.state, event, self.rt.env, time.monotonic(), random.random()  # noqa: S311
                 )
                 code = self._act(actions)
             return code
         finally:
+            if self.rt.group is not None:  # first: a leader's workers hear how it ended
+                self.rt.group.close()
             self._done.set()
             if keepalive is not None:
                 keepalive.join()
@@ -163,6 +171,8 @@ class Supervisor:
 
     def _act(self, actions: list[Action]) -> int | None:
         for action in actions:
+            if self.rt.group is not None:
+                self.rt.group.saw_action(action, self.state)
             if isinstance(action, Exit):
                 self._record({"event": "guard.exit", "code": action.code, "reason": action.reason})
                 if action.code:
