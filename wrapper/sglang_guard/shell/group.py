@@ -454,20 +454,6 @@ class WorkerLink:
             self._follower = replace(self._follower, gen=-1)  # relaunch at the leader's gen
         return got
 
-    def _rejoin(self) -> tuple[int, dict[str, Any]] | None:
-        """Join again (None: refused now, the loop ends with the refusal)."""
-        body = {"rank": self.spec.rank, "digest": self.digest.to_json()}
-        got = post(self.spec.leader, self.spec.port, "/group/join", body,
-                   timeout=max(2.0, self.cfg.heartbeat_s * 2))
-        if got is not None and got[0] == 409:
-            why = "the group leader refused this node: " + "; ".join(got[1].get("refused", []))
-            self._put(GroupExit(EXIT_REFUSED, why))
-            return None
-        if got is not None and got[0] == 200:
-            self.log.info("group.rejoined", gen=got[1].get("gen"))
-            self._follower = replace(self._follower, gen=-1)  # relaunch at the leader's gen
-        return got
-
     def _drain(self, wait: float) -> list[dict[str, Any]]:
         """What to report: the first item waits up to `wait`, the rest are taken as they are."""
         out: list[dict[str, Any]] = []
