@@ -107,7 +107,7 @@ def test_overdue_reports_a_silent_worker_once_and_drops_it() -> None:
     assert down == []
     r = group.beat(r, 1, 1, "ready", now=105.5)
     r, down = group.overdue(r, now=105.5, lost_s=3.0, join_s=60.0)
-    assert down == [(2, "node 2's guard has not been heard from for 3s")]
+    assert down == [(2, "node 2's guard has not been heard from for 3s", None)]
     assert set(r.members) == {1}  # node 2 must join again
     r, down = group.overdue(r, now=106.0, lost_s=3.0, join_s=60.0)
     assert down == []  # once per generation
@@ -123,7 +123,7 @@ def test_a_worker_that_never_comes_up_is_reported_after_the_join_timeout() -> No
     assert down == []
     r, down = group.overdue(r, now=161.0, lost_s=3.0, join_s=60.0)
     assert down == [(1, "node 1 did not come up in generation 1 within 60s "
-                        "(group.join_timeout_s)")]
+                        "(group.join_timeout_s)", "distributed init")]
 
 
 def test_no_reports_after_the_leader_ended() -> None:

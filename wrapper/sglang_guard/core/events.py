@@ -95,6 +95,7 @@ class PeerDown:
     gen: int
     rank: int
     reason: str
+    stage: str | None = None  # the start-up stage the group is stuck in, when known
 
 
 @dataclass(frozen=True, slots=True)

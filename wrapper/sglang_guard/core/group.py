@@ -208,22 +208,29 @@ def launched(roster: Roster, gen: int, now: float) -> Roster:
     return replace(roster, gen=gen, launched_at=now, ready=False)
 
 
+# SGLang's ranks meet in torch.distributed's init first: with a node missing, rank 0 waits
+# there with no progress line (sglang-versions.md: seen for over a minute on CPU).
+DIST_INIT = "distributed init"
+
+
 def overdue(roster: Roster, now: float, lost_s: float, join_s: float
-            ) -> tuple[Roster, list[tuple[int, str]]]:
-    """Workers newly missing from the current generation, each (rank, why) once per generation."""
+            ) -> tuple[Roster, list[tuple[int, str, str | None]]]:
+    """Workers newly missing from the current generation, each (rank, why, stage) once."""
     if roster.gen == 0 or roster.exit is not None:
         return roster, []
-    down: list[tuple[int, str]] = []
+    down: list[tuple[int, str, str | None]] = []
     for rank in range(1, roster.nnodes):
         if (roster.gen, rank) in roster.reported:
             continue
         m = roster.members.get(rank)
         if m is not None and now - m.seen > lost_s:
-            down.append((rank, f"node {rank}'s guard has not been heard from for {lost_s:g}s"))
+            down.append((rank, f"node {rank}'s guard has not been heard from for {lost_s:g}s",
+                         None))
         elif (m is None or m.gen != roster.gen) and now - roster.launched_at > join_s:
             down.append((rank, f"node {rank} did not come up in generation {roster.gen} "
-                               f"within {join_s:g}s (group.join_timeout_s)"))
-    reported = roster.reported | {(roster.gen, rank) for rank, _ in down}
+                               f"within {join_s:g}s (group.join_timeout_s)",
+                         DIST_INIT if m is None else None))
+    reported = roster.reported | {(roster.gen, rank) for rank, _, _ in down}
     # A silent guard is out of the group: it joins again (if it comes back) to be counted.
     members = {r: m for r, m in roster.members.items() if now - m.seen <= lost_s}
     return replace(roster, reported=reported, members=members), down

@@ -402,7 +402,8 @@ def _on_peer(state: State, event: PeerLine | PeerDown, env: Env) -> tuple[State,
     if state.phase not in ("starting", "ready"):
         return state, []
     journal = Journal({"event": "group.node_down", "gen": state.gen, "node": event.rank,
-                       "reason": event.reason})
+                       "reason": event.reason,
+                       **({"stage": event.stage} if event.stage else {})})
     pending = Pending("restart", cl=state.cl, failure=True, reason=event.reason)
     new, actions = _stop(state, pending, f"node {event.rank} down")
     return new, [journal, Notify(status=f"node {event.rank} down; restarting the group"),

@@ -233,8 +233,8 @@ class LeaderLink:
                 self._roster, down = core.overdue(self._roster, self._clock(),
                                                   self.cfg.worker_lost_s, self.cfg.join_timeout_s)
                 gen = self._roster.gen
-            for rank, why in down:
-                self._put(PeerDown(gen, rank, why))
+            for rank, why, stage in down:
+                self._put(PeerDown(gen, rank, why, stage))
 
     def _put(self, event: Event) -> None:
         if self._events is not None:
@@ -289,7 +289,8 @@ class LeaderLink:
         if kind == "exit":
             why = f"SGLang on node {rank} exited with status {report.get('returncode')}"
         else:
-            why = f"node {rank} stalled in {report.get('stage', 'start-up')}"
+            stage = str(report.get("stage") or "start-up")
+            return [PeerDown(gen, rank, f"node {rank} stalled in {stage}", stage)]
         return [PeerDown(gen, rank, why)]
 
     def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
