@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import time
 from typing import Any
@@ -145,3 +146,40 @@ def psutil_kill(pid: int) -> None:
 
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
+
+
+def test_a_learned_fix_survives_a_group_recreation_on_a_persistent_state_dir(
+        group: Any) -> None:
+    g: Group = group(2)
+    leader = g.node(0, [leader_plan()])
+    w1 = g.node(1, [worker_plan(["print", "stderr", OOM_LINE]), worker_plan()])
+    for node in (leader, w1):
+        g.start(node)
+    leader.wait_event("ready", times=2)  # generation 2, with the fix, reached ready
+    wait_for(lambda: len(w1.launcher.argvs()) >= 2, what="worker 1 relaunched")
+    assert (leader.state / "group-learned.json").is_file()
+    leader.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    assert leader.finish()[0] == EXIT_OK
+    assert w1.finish()[0] == EXIT_OK
+
+    # The orchestrator recreates the group; the state dirs are persistent volumes.
+    for node in (leader, w1):
+        g.start(node)
+    replayed = leader.wait_event("learned.replayed")[0]
+    assert "0.81" in replayed["argv_after"]
+    for node in (leader, w1):
+        wait_for(lambda n=node: len(n.launcher.argvs()) >= 3, what=f"node {node.rank} launch")
+        third = node.launcher.argvs()[2]
+        assert third[third.index("--mem-fraction-static") + 1] == "0.81"
+    assert len(leader.events("remediated")) == 1  # not learned again
+    leader.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    assert leader.finish()[0] == EXIT_OK
+    assert w1.finish()[0] == EXIT_OK
+
+    # Without a persistent state dir the leader starts from the user's command line again.
+    shutil.rmtree(leader.state)
+    g.start(leader)
+    wait_for(lambda: len(leader.launcher.argvs()) >= 4, what="leader launch 4")
+    fourth = leader.launcher.argvs()[3]
+    assert fourth[fourth.index("--mem-fraction-static") + 1] == "0.9"
+    assert not leader.events("learned.replayed")

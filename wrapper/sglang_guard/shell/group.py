@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from sglang_guard.core import group as core
-from sglang_guard.core.actions import Action, Exit, Journal, Spawn
-from sglang_guard.core.argv import CommandLine
+from sglang_guard.core.actions import Action, Exit, Journal, Spawn, Stop
+from sglang_guard.core.argv import CommandLine, parse_command_line
 from sglang_guard.core.events import (
     ChildExited,
     ChildLine,
@@ -42,6 +42,7 @@ from sglang_guard.core.machine import Env, State
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rules import Matcher
 from sglang_guard.errors import EXIT_LEADER_LOST, EXIT_REFUSED, GiveUp, LeaderLost, Refused
+from sglang_guard.shell.files import write_atomic
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.reloader import ReloadOutcome
 
@@ -156,9 +157,11 @@ class LeaderLink:
     """Rank 0's guard: admits workers, hears their lines and exits, publishes each launch."""
 
     def __init__(self, spec: core.GroupSpec, cfg: GroupSection, digest: core.Digest,
-                 derived_dir: str, clock: Clock = time.monotonic) -> None:
+                 derived_dir: str, *, clock: Clock = time.monotonic,
+                 learned: Learned | None = None) -> None:
         self.cfg = cfg
         self.derived_dir = derived_dir
+        self.learned = learned
         self._clock = clock
         self._lock = threading.Lock()
         self._roster = core.Roster(spec.nnodes, digest)
@@ -203,10 +206,14 @@ class LeaderLink:
                 event = action.record.get("event")
                 if event == "ready":
                     self._roster = replace(self._roster, ready=True)
+                    if self.learned is not None:
+                        self.learned.reached_ready(state.cl)
                 elif event in DECISIONS and self._last is None:
                     self._last = {k: action.record[k] for k in
                                   ("event", "gen", "rule", "flag", "node", "reason")
                                   if k in action.record}
+            elif isinstance(action, Stop):  # no longer ready: a worker must not turn ready
+                self._roster = replace(self._roster, ready=False)
             elif isinstance(action, Exit):
                 self._roster = replace(self._roster, exit=(action.code, action.reason))
 
@@ -471,20 +478,64 @@ class WorkerLink:
         return out
 
 
+# -- what the group learned, kept across a group recreation ---------------------------------
+
+
+class Learned:
+    """The leader's last command line that reached ready after a fix, in the state dir.
+
+    A group recreated by its orchestrator (LWS after a give-up) starts from the user's
+    command line again; with the state dir on a persistent volume, the leader launches the
+    fixed one at once when its inputs are the ones the fix was learned from.
+    """
+
+    NAME = "group-learned.json"
+
+    def __init__(self, state_dir: str, digest: core.Digest, first: CommandLine) -> None:
+        self.path = Path(state_dir) / self.NAME
+        self.key = hashlib.sha256(core.encode(digest.to_json())).hexdigest()
+        self.first = first
+
+    def replay(self, options: OptionTable) -> CommandLine | None:
+        """The learned command line for these inputs (None: nothing learned, or other inputs)."""
+        try:
+            data = json.loads(self.path.read_text())
+            if data.get("inputs") != self.key:
+                return None
+            launch = core.Launch.from_json(data)
+        except (OSError, ValueError, AttributeError):
+            return None
+        return parse_command_line(launch.argv, options, launch.yaml_data)
+
+    def reached_ready(self, cl: CommandLine) -> None:
+        """Keep `cl` when it is not the user's own command line; forget it when it is."""
+        with contextlib.suppress(OSError):  # a read-only state dir: nothing is kept
+            if cl.argv == self.first.argv:
+                self.path.unlink(missing_ok=True)
+                return
+            launch = core.Launch(cl.argv, cl.yaml_data, "")
+            write_atomic(self.path, json.dumps({"inputs": self.key, **launch.to_json()}))
+
+
 # -- wiring (shell/runner.py) ---------------------------------------------------------------
 
 
 def open_group(spec: core.GroupSpec, cfg: GroupSection, cl: CommandLine, gpu: GpuFacts,
-               env: Env) -> tuple[Link, CommandLine, Env]:
-    """Lead or join: the link, the command line to launch first, the machine's Env."""
+               env: Env, *, state_dir: str) -> tuple[Link, CommandLine, Env, CommandLine | None]:
+    """Lead or join: the link, the command line to launch first, the machine's Env, and the
+    learned command line the leader replays (None: none)."""
     digest = local_digest(cl, env.sglang_version, gpu)
     if spec.leads:
-        return LeaderLink(spec, cfg, digest, env.derived_dir), cl, replace(env, role="leader")
+        learned = Learned(state_dir, digest, cl)
+        replayed = learned.replay(env.options)
+        link = LeaderLink(spec, cfg, digest, env.derived_dir, learned=learned)
+        return link, replayed or cl, replace(env, role="leader"), replayed
     worker = WorkerLink(spec, cfg, digest, options=env.options, matcher=env.matcher,
                         derived_dir=env.derived_dir)
     first = worker.join()
     # A worker's own /health is SGLang's dummy (always 200 on ranks >= 1): never probed.
-    return worker, first, replace(env, role="worker", health=replace(env.health, enabled=False))
+    env = replace(env, role="worker", health=replace(env.health, enabled=False))
+    return worker, first, env, None
 
 
 def worker_reload(reload: Reload) -> Reload:

@@ -148,7 +148,12 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
         if journal is not None:
             journal.write({"event": "group.start", "rank": spec.rank, "nnodes": spec.nnodes,
                            "leader": spec.leader, "port": spec.port})
-        rt.group, cl, rt.env = group.open_group(spec, cfg.group, cl, first.gpu, env)
+        rt.group, cl, rt.env, replayed = group.open_group(spec, cfg.group, cl, first.gpu, env,
+                                                          state_dir=opts.state_dir)
+        if replayed is not None and journal is not None:
+            journal.write({"event": "learned.replayed", "path": str(group.Learned.NAME),
+                           "argv_before": redact_argv(first.cl.argv, env.options),
+                           "argv_after": redact_argv(replayed.argv, env.options)})
         if not spec.leads:
             rt.reload = group.worker_reload(rt.reload)
     return run_supervisor(rt, cl, journal)
