@@ -114,18 +114,19 @@ class Group:
         self.nodes.append(node)
         return node
 
-    def argv(self, rank: int, *more: str) -> list[str]:
+    def argv(self, rank: int, *more: str, dist_init: bool = True) -> list[str]:
         """Node `rank`'s SGLang argv: the same on every node but the rank."""
+        where = ["--dist-init-addr", f"127.0.0.1:{self.dist}"] if dist_init else []
         return ["--model-path", "model", "--port", str(self.health.port),
-                "--nnodes", str(self.nnodes), "--node-rank", str(rank),
-                "--dist-init-addr", f"127.0.0.1:{self.dist}", "--mem-fraction-static", "0.9",
-                *more]
+                "--nnodes", str(self.nnodes), "--node-rank", str(rank), *where,
+                "--mem-fraction-static", "0.9", *more]
 
-    def start(self, node: Node, *more: str, env: dict[str, str] | None = None) -> Node:
+    def start(self, node: Node, *more: str, env: dict[str, str] | None = None,
+              dist_init: bool = True) -> Node:
         """Start node's guard."""
         cmd = [sys.executable, "-m", "sglang_guard", "run", "--config",
                str(node.root / "guard.toml"), "--state-dir", str(node.state), "--no-preflight",
-               "--", *self.argv(node.rank, *more)]
+               "--", *self.argv(node.rank, *more, dist_init=dist_init)]
         node.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      stdin=subprocess.DEVNULL, cwd=node.root,
                                      env={**os.environ, **(env or {})})

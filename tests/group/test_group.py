@@ -10,7 +10,7 @@ from typing import Any
 
 from integration.conftest import wait_gone
 from integration.test_supervisor import wait_for
-from sglang_guard.errors import EXIT_LEADER_LOST, EXIT_OK, EXIT_REFUSED
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST, EXIT_OK, EXIT_REFUSED
 
 from .conftest import OOM_LINE, Group, leader_plan, worker_plan
 
@@ -183,3 +183,28 @@ def test_a_learned_fix_survives_a_group_recreation_on_a_persistent_state_dir(
     fourth = leader.launcher.argvs()[3]
     assert fourth[fourth.index("--mem-fraction-static") + 1] == "0.9"
     assert not leader.events("learned.replayed")
+
+
+def test_lws_pattern_in_place_restarts_then_the_whole_group_gives_up_together(
+        group: Any) -> None:
+    """LeaderWorkerSet: the guards find each other from LWS's env alone (no --dist-init-addr
+    here); a worker's SGLang that keeps crashing is restarted in place, group-wide, by the
+    guards (no pod exits), until the group's crash-loop limit: then every guard exits 75,
+    which is when LWS should recreate the group."""
+    g: Group = group(2)
+    leader = g.node(0, [leader_plan()])
+    w1 = g.node(1, [[["print", "stderr", "worker crashed"], ["exit", 1]]])
+    lws = {"LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_GROUP_SIZE": "2"}
+    for node in (leader, w1):
+        g.start(node, env={**lws, "LWS_WORKER_INDEX": str(node.rank)}, dist_init=False)
+    code, err = leader.finish()
+    assert code == EXIT_GIVE_UP, err
+    assert "crash loop: 3 failures" in err
+    code, err = w1.finish()
+    assert code == EXIT_GIVE_UP, err
+    assert len(w1.launcher.argvs()) == 3  # three launches, one guard process: in place
+    downs = leader.events("group.node_down")
+    assert [d["reason"] for d in downs] == ["SGLang on node 1 exited with status 1"] * 3
+    assert len(leader.events("backoff")) == 2
+    (exit_,) = w1.events("group.exit")
+    assert exit_["reason"].startswith("the group leader exited: crash loop: 3 failures")
