@@ -19,7 +19,7 @@ from sglang_guard.core.tomlread import Table
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
 
-ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up")
+ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit")
 FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 SCALE = "scale:"
 
