@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -55,21 +56,27 @@ def dumps(data: Any) -> str:
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n"
 
 
+def read_one(version: str, wheel: Path) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
+    """One release's table, its registrations (for the renames) and the seconds it took."""
+    start = time.perf_counter()
+    table, options = release_table(wheel_reader(wheel), version)
+    regs = [{"strings": o.strings, "nargs": o.nargs, "help": o.help, "where": o.where}
+            for o in options]
+    return table, regs, time.perf_counter() - start
+
+
 def generate(wheels: Path) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, float]]:
-    """(releases.json data, renames.json data, seconds per release)."""
-    tables: list[dict[str, Any]] = []
-    regs: list[tuple[str, list[dict[str, Any]]]] = []
-    times: dict[str, float] = {}
-    for version in shipped_versions():
-        wheel = find_wheel(version, wheels)
-        if wheel is None:
-            raise SystemExit(f"no wheel for {version} in {wheels}: run tools/fetch-sglang-wheels")
-        start = time.perf_counter()
-        table, options = release_table(wheel_reader(wheel), version)
-        times[version] = time.perf_counter() - start
-        tables.append(table)
-        regs.append((version, [{"strings": o.strings, "nargs": o.nargs, "help": o.help,
-                                "where": o.where} for o in options]))
+    """(releases.json data, renames.json data, seconds per release); one process per core."""
+    versions = shipped_versions()
+    found = {v: find_wheel(v, wheels) for v in versions}
+    missing = [v for v, w in found.items() if w is None]
+    if missing:
+        raise SystemExit(f"no wheel for {missing} in {wheels}: run tools/fetch-sglang-wheels")
+    with ProcessPoolExecutor(max_workers=min(len(versions), os.cpu_count() or 1)) as pool:
+        results = list(pool.map(read_one, versions, [found[v] for v in versions]))
+    tables = [r[0] for r in results]
+    regs = [(v, r[1]) for v, r in zip(versions, results, strict=True)]
+    times = {v: r[2] for v, r in zip(versions, results, strict=True)}
     renames = renames_to_json(derive_renames(regs))
     return encode_chain(list(reversed(tables))), renames, times
 

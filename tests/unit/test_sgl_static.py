@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,31 @@ def test_every_rename_cites_the_line_of_its_note() -> None:
         if r.note:
             first = r.note.split()[0].strip("[]:.")
             assert first in block, f"{r.flag}: note not at {r.last_in} {r.source}"
+
+
+# Releases whose own parser runs with third-party imports stubbed (tools/stubbed_argparse_dump.py).
+STUBBABLE = ("0.5.1", "0.5.1.post3")
+
+
+@pytest.mark.parametrize("version", STUBBABLE)
+def test_table_equals_the_releases_own_parser_where_it_imports_without_torch(
+    version: str, tmp_path: Path
+) -> None:
+    import zipfile  # noqa: PLC0415
+
+    from sglang_guard.core.releases import shipped_table  # noqa: PLC0415
+
+    wheel = _wheel(version)
+    if wheel is None:
+        pytest.skip(f"{version} wheel not cached")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(tmp_path, [n for n in archive.namelist() if n.startswith("sglang/")])
+    out = subprocess.run(
+        [sys.executable, "-S", str(REPO / "tools" / "stubbed_argparse_dump.py"), str(tmp_path),
+         sysconfig.get_paths()["purelib"]],  # for typing_extensions, which is real
+        capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    live = json.loads(out.stdout)
+    every = {o["dest"] for o in live["options"]}
+    assert _sorted_choices(shipped_table(version), every) == _sorted_choices(live, every)

@@ -10,6 +10,7 @@ and callers record what they could not see instead of guessing.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -146,7 +147,7 @@ class Evaluator:
         for path in (f"{base}.py", f"{base}/__init__.py"):
             text = self._read(path)
             if text is not None:
-                tree = ast.parse(text, filename=path)
+                tree = _parse(text, path)
                 mod = Module(name, path, tree)
                 for top in tree.body:
                     if isinstance(top, ast.If):
@@ -317,6 +318,13 @@ class Evaluator:
                 if isinstance(target, ast.Name) and not target.id.startswith("_"):
                     out.append(EnumMember(target.id, _literal_or_none(stmt.value)))
         return out
+
+
+@functools.lru_cache(maxsize=256)
+def _parse(text: str, path: str) -> ast.Module:
+    """Parsed once per distinct file: consecutive releases share most of their modules, and
+    the trees are only read, never changed."""
+    return ast.parse(text, filename=path)
 
 
 _UNSET = object()

@@ -87,8 +87,10 @@ def gather(argv: Sequence[str], gpu_sm: str, release: Release, *,
         raise InputError("the SGLang command line has no --model-path")
     trust = cl.present("trust_remote_code")
     overrides = cl.value("json_model_override_args")
+    rel = release.tables.release
     model = resolve_model(model_path, revision=cl.value("revision"),
-                          trust_remote_code=trust, override_args=overrides, isolate=isolate)
+                          trust_remote_code=trust, override_args=overrides, isolate=isolate,
+                          sglang_release=rel)
     draft = None
     draft_path = cl.value("speculative_draft_model_path")
     if draft_path or cl.value("speculative_algorithm"):
@@ -96,7 +98,7 @@ def gather(argv: Sequence[str], gpu_sm: str, release: Release, *,
             draft_path or model_path,
             revision=cl.value("speculative_draft_model_revision") or cl.value("revision"),
             trust_remote_code=trust, override_args=overrides, is_draft=True,
-            isolate=isolate,
+            isolate=isolate, sglang_release=rel,
         )
     compat, notes = compat_for(release)
     return Inputs(cl, options, compat, model, draft, resolve_gpu(gpu_sm), release, notes)

@@ -49,8 +49,8 @@ def _load(version: str, source: str) -> Release:
         raise InputError(f"{source}: {exc}") from None
 
 
-def resolve_release(*, version: str | None, version_source: str,
-                    python: str | None) -> Release:
+def resolve_release(*, version: str | None, version_source: str, python: str | None,
+                    unknown_why: str = "no --python or --sglang-version given") -> Release:
     """The release for an explicit `version`, else for interpreter `python`, else the newest."""
     if version:
         return _load(version, version_source)
@@ -67,4 +67,4 @@ def resolve_release(*, version: str | None, version_source: str,
         newest = known_releases()[-1]
         return _load(newest, f"newest table ({python} has no SGLang the guard can read)")
     newest = known_releases()[-1]
-    return _load(newest, "newest table (no --python or --sglang-version given)")
+    return _load(newest, f"newest table ({unknown_why})")
