@@ -61,6 +61,7 @@ def test_fatal_line_on_worker_2_restarts_all_three_with_one_fix(group: Any) -> N
     assert second[0][second[0].index("--mem-fraction-static") + 1] == "0.81"
     assert [n.launcher.argvs()[1][n.launcher.argvs()[1].index("--node-rank") + 1]
             for n in (leader, w1, w2)] == ["0", "1", "2"]
+    assert len(leader.events("remediated")) == 1  # one decision for the three nodes
     for node in (w1, w2):
         relaunch = node.wait_event("group.relaunch")[0]
         assert relaunch["cause"] == {"event": "remediated", "gen": rem["gen"], "rule": RULE,
