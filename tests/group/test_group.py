@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from integration.conftest import wait_gone
-from integration.test_supervisor import wait_for
+from integration.test_supervisor import HealthServer, wait_for
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST, EXIT_OK, EXIT_REFUSED
 
 from .conftest import OOM_LINE, Group, leader_plan, worker_plan
@@ -38,7 +38,8 @@ def test_a_worker_with_another_config_json_is_refused(group: Any) -> None:
     assert leader.finish()[0] == EXIT_OK
 
 
-def test_fatal_line_on_worker_2_restarts_all_three_with_one_fix(group: Any) -> None:
+def test_fatal_line_on_worker_2_restarts_all_three_with_one_fix(group: Any,
+                                                               health: HealthServer) -> None:
     g: Group = group(3)
     go1, go2 = g.tmp / "go1", g.tmp / "go2"
     leader = g.node(0, [leader_plan()])
@@ -86,6 +87,8 @@ def test_fatal_line_on_worker_2_restarts_all_three_with_one_fix(group: Any) -> N
         code, err = node.finish()
         assert code == EXIT_OK, err
     assert g.fake_pids() == []
+    # Only rank 0's /health was ever probed, once per launch: never a worker's dummy one.
+    assert health.hits == {"/health": len(leader.launcher.argvs())}
 
 
 def test_leader_sigkill_workers_stop_their_trees_and_exit_within_the_bound(group: Any) -> None:
