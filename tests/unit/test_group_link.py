@@ -22,7 +22,8 @@ from sglang_guard.core.guardconfig import GroupSection
 from sglang_guard.core.machine import State
 from sglang_guard.core.options import load_option_table
 from sglang_guard.core.rules import Matcher, parse_pack
-from sglang_guard.shell.group import LeaderLink, WorkerLink
+from sglang_guard.shell.groupleader import LeaderLink
+from sglang_guard.shell.groupworker import WorkerLink
 
 OPTIONS = load_option_table()
 ARGV = ("--model-path", "/m", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:20000")

@@ -50,7 +50,7 @@ from sglang_guard.shell.timers import Timers
 from sglang_guard.shell.watch import FileWatcher, Kind
 
 if TYPE_CHECKING:
-    from sglang_guard.shell.group import Link
+    from sglang_guard.shell.groupwire import Link
     from sglang_guard.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
