@@ -34,6 +34,8 @@ def test_a_worker_with_another_config_json_is_refused(group: Any) -> None:
     assert "refused node 1" in err
     assert "config.json" in err
     assert worker.launcher.argvs() == []  # refused before launching anything
+    (exit_,) = worker.events("guard.exit")
+    assert exit_["code"] == EXIT_REFUSED and "config.json" in exit_["reason"]
     leader.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     assert leader.finish()[0] == EXIT_OK
 

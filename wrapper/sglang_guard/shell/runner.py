@@ -14,7 +14,7 @@ from sglang_guard.core.options import OptionTable
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher
-from sglang_guard.errors import ConfigError, Refused
+from sglang_guard.errors import ConfigError, GuardError, Refused
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
@@ -143,8 +143,13 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
         if journal is not None:
             journal.write({"event": "group.start", "rank": spec.rank, "nnodes": spec.nnodes,
                            "leader": spec.leader, "port": spec.port})
-        rt.group, cl, rt.env, replayed = group.open_group(spec, cfg.group, cl, first.gpu, env,
-                                                          state_dir=opts.state_dir)
+        try:
+            rt.group, cl, rt.env, replayed = group.open_group(spec, cfg.group, cl, first.gpu,
+                                                              env, state_dir=opts.state_dir)
+        except GuardError as exc:  # refused by the leader, or no leader: journaled, then raised
+            if journal is not None:
+                journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})
+            raise
         if replayed is not None and journal is not None:
             journal.write({"event": "learned.replayed", "path": str(group.Learned.NAME),
                            "argv_before": redact_argv(first.cl.argv, env.options),
