@@ -80,8 +80,13 @@ class Node:
 
     def wait_event(self, name: str, times: int = 1, timeout: float = 30) -> list[dict[str, Any]]:
         """Wait until the journal holds `name` `times` times; those records."""
-        return list(wait_for(lambda: (hits := self.events(name)) and len(hits) >= times and hits,
-                             timeout=timeout, what=f"{times} x {name} on node {self.rank}"))
+        try:
+            return list(wait_for(
+                lambda: (hits := self.events(name)) and len(hits) >= times and hits,
+                timeout=timeout, what=f"{times} x {name} on node {self.rank}"))
+        except AssertionError as exc:  # say what the node did instead
+            seen = [(r.get("event"), r.get("gen"), r.get("reason")) for r in self.journal()]
+            raise AssertionError(f"{exc}; node {self.rank}'s journal: {seen}") from None
 
     def finish(self, timeout: float = 30) -> tuple[int, str]:
         """Wait for the guard; its status and stderr."""
