@@ -79,6 +79,8 @@ class RulesSection:
 
     default_pack: bool = True
     packs: tuple[str, ...] = ()
+    # Deny-listed flags (core/packcheck.py) that this config lets rules change anyway.
+    allow_set: tuple[str, ...] = ()
 
 
 # The leader guard's group port: next to the status port (9488), away from SGLang's 30000+.

@@ -19,7 +19,9 @@ from sglang_guard.core.tomlread import Table
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
 
-ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit")
+# "advice": no automatic action; the guard shows the rule's explanation and solutions.
+ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit",
+           "advice")
 FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 SCALE = "scale:"
 
@@ -62,6 +64,11 @@ class Rule:
     # Higher wins when one line matches several rules; a catch-all (a crash banner printed
     # before the real cause) sits below zero so that the specific rule is preferred.
     priority: int = 0
+    # From an error-dataset record (`rules import`): its id, and what a person should read.
+    record: str | None = None
+    explanation: str = ""
+    solutions: tuple[str, ...] = ()
+    prevention: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +111,10 @@ _RULE_KEYS = frozenset(
         "minimum",
         "maximum",
         "priority",
+        "record",
+        "explanation",
+        "solutions",
+        "prevention",
     }
 )
 _WHEN_KEYS = frozenset({"arch", "sm_min", "sm_max", "sglang", "flags"})
@@ -218,6 +229,10 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
         minimum=None if minimum is None else float(minimum),
         maximum=None if maximum is None else float(maximum),
         priority=chk.get("priority", int, 0),
+        record=chk.get("record", str),
+        explanation=chk.get("explanation", str, ""),
+        solutions=chk.strings("solutions") or (),
+        prevention=chk.strings("prevention") or (),
     )
     _check_new_value(chk, rule)
     return rule

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import re2
 from packaging.specifiers import SpecifierSet
@@ -38,6 +39,8 @@ __all__ = [
     "Matcher",
     "Rule",
     "RulePack",
+    "advice_for",
+    "advice_record",
     "compile_pattern",
     "first_fix",
     "load_default_pack",
@@ -211,9 +214,11 @@ def first_fix(
     """The fix for `line` and the matching fatal rules skipped because their budget ran out.
 
     Candidates are tried by descending priority, then pack order; a rule applies when its
-    conditions hold, it has fires left and `plan_fix` finds something to change.
+    conditions hold, it has fires left and `plan_fix` finds something to change. Advice
+    rules are never candidates: they change nothing (see `advice_for`).
     """
-    candidates = sorted((r for r in matcher.candidates(line) if r.fatal), key=lambda r: -r.priority)
+    candidates = sorted((r for r in matcher.candidates(line) if r.fatal and r.action != "advice"),
+                        key=lambda r: -r.priority)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
     for rule in candidates:
@@ -233,3 +238,17 @@ def _undo(rule: Rule, ctx: MatchContext, line: str) -> Fix | None:
     if flag is None or not _conditions_hold(rule.conditions, ctx) or flag not in line:
         return None
     return Fix(rule, "undo_guard_edit", flag, ctx.flags.get(flag), None)
+
+
+def advice_for(matcher: Matcher, line: str, ctx: MatchContext) -> tuple[Rule, ...]:
+    """The advice rules (no automatic action) that `line` triggers on this command line."""
+    return tuple(r for r in matcher.candidates(line)
+                 if r.action == "advice" and _conditions_hold(r.conditions, ctx))
+
+
+def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:
+    """The journal record of an advice rule that matched: what to read, nothing changed."""
+    return {"event": "advice", "trigger": "log", "rule": rule.id, "record": rule.record,
+            "line": line, "gen": gen, "reason": rule.reason, "explanation": rule.explanation,
+            "solutions": list(rule.solutions), "prevention": list(rule.prevention),
+            "source": rule.source}
