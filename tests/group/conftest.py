@@ -144,6 +144,7 @@ class Group:
                  "[health]", f'host = "{HEALTH_HOST}"', "timeout_s = 2.0",
                  "[group]", f"port = {self.port}",
                  *[f"{k} = {v}" for k, v in self.settings.items()],
+                 "[status]", 'listen = "off"',  # one host, several guards: no shared port
                  "[gpu]", 'sm = "none"', "[log]", 'format = "json"']
         (node.root / "guard.toml").write_text("\n".join(lines) + "\n")
 
