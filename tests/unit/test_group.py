@@ -186,3 +186,26 @@ def test_a_derived_yaml_is_named_in_the_workers_own_state_dir() -> None:
     assert worker.config_path.startswith("/w/derived/sglang-config-")
     assert worker.value("node_rank") == "1"  # the rank the YAML gave is overridden
     assert worker.yaml_data == yaml_data  # written under /w/derived at spawn
+
+
+def test_the_lws_manifest_wires_the_group_port() -> None:
+    """deploy/kubernetes/leaderworkerset.yaml: the leader's guard binds the group port beyond
+    loopback and declares it; both pods read that guard config."""
+    from pathlib import Path  # noqa: PLC0415
+
+    import yaml  # noqa: PLC0415
+
+    from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, parse_guard_config  # noqa: PLC0415
+
+    path = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "leaderworkerset.yaml"
+    docs = {d["kind"]: d for d in yaml.safe_load_all(path.read_text())}
+    cfg = parse_guard_config(docs["ConfigMap"]["data"]["guard.toml"], "configmap").group
+    assert cfg.port == DEFAULT_GROUP_PORT and not cfg.bind.startswith("127.")
+    lwt = docs["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    (leader,) = lwt["leaderTemplate"]["spec"]["containers"]
+    assert {"name": "group", "containerPort": DEFAULT_GROUP_PORT} in leader["ports"]
+    for spec in (lwt["leaderTemplate"]["spec"], lwt["workerTemplate"]["spec"]):
+        (container,) = spec["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        mounts = {m["mountPath"] for m in container["volumeMounts"]}
+        assert env["SGLANG_GUARD_CONFIG"].rsplit("/", 1)[0] in mounts
