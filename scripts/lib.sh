@@ -23,7 +23,10 @@ ensure_guard_venv() {
 }
 
 ensure_sglang_env() {
-    # The cached SGLang 0.5.23 CPU venv (~6 GB, outside the repo); prints its python.
-    say "SGLang 0.5.23 CPU environment (built once, then reused)"
-    "$REPO/tests/e2e/setup-sglang-cpu" | tail -n 1
+    # A cached SGLang CPU venv (~6 GB each, outside the repo); prints its python.
+    #   ensure_sglang_env            # 0.5.23, the release the shipped tables are read from
+    #   ensure_sglang_env 0.5.18     # the older release the e2e tier also runs
+    local release=${1:-0.5.23}
+    say "SGLang $release CPU environment (built once, then reused)"
+    "$REPO/tests/e2e/setup-sglang-cpu" --release "$release" | tail -n 1
 }

@@ -1,1 +1,1 @@
-"""End-to-end tier: the guard against real SGLang 0.5.23 on CPU (see setup-sglang-cpu)."""
+"""End-to-end tier: the guard against real SGLang 0.5.23 and 0.5.18 on CPU (setup-sglang-cpu)."""

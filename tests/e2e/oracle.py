@@ -1,4 +1,4 @@
-"""Ask real SGLang 0.5.23 what it makes of models and command lines (run with the venv's python).
+"""Ask real SGLang what it makes of models and command lines (run with a SGLang venv's python).
 
     <py> tests/e2e/oracle.py arch  < [{"dir": ..., "is_draft": false, "override_args": null}, ...]
     <py> tests/e2e/oracle.py parse < [["--model-path", "m", "--attention-backend", "fa3"], ...]
@@ -16,22 +16,42 @@ model) run later in `ServerArgs.resolve_once()` ->
 `launch_server` does (choices, types, aliases, prefix abbreviations, the `--config` YAML
 merge). `parse --resolve` also tries `resolve_once()`
 and reports its error in `resolve_error` (it needs the model on disk; expect GPU errors).
+
+Older releases (0.5.18) have no `resolve_once`: their `ServerArgs.__post_init__`
+(0.5.18 server_args.py:3585) runs the whole resolution pipeline, hardware hooks included, from
+inside `prepare_server_args` (server_args.py:9770, via `from_cli_args`, :8921). There the
+same `prepare_server_args` runs with `__post_init__` held back, so it does what 0.5.23's does
+(parser, `--config` merge, `parse_args`, the record); `--resolve` then runs the held-back
+`_run_resolution_pipeline()`. The record's fields are `dataclasses.fields` there (0.5.18 has
+no `arg_utils.record_fields`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import logging
 import os
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 # Only importable in the SGLang venv (this file runs there, never in the guard's python).
-from sglang.srt.arg_groups.arg_utils import record_fields  # type: ignore[import-not-found]
 from sglang.srt.configs.model_config import ModelConfig  # type: ignore[import-not-found]
-from sglang.srt.server_args import prepare_server_args  # type: ignore[import-not-found]
+from sglang.srt.server_args import (  # type: ignore[import-not-found]
+    ServerArgs,
+    prepare_server_args,
+)
+
+try:
+    from sglang.srt.arg_groups.arg_utils import record_fields  # type: ignore[import-not-found]
+except ImportError:  # 0.5.18: a plain dataclass
+    record_fields = dataclasses.fields
+
+# 0.5.23 resolves in a separate step; before it, __post_init__ did (see the docstring).
+RESOLVES_IN_POST_INIT = not hasattr(ServerArgs, "resolve_once")
 
 BACKEND_FIELDS = (
     "attention_backend",
@@ -74,12 +94,33 @@ def _fields(server_args: Any) -> dict[str, str]:
             for f in record_fields(type(server_args))}
 
 
+@contextlib.contextmanager
+def _parse_only() -> Iterator[None]:
+    """Hold back a resolving `__post_init__` (0.5.18) while prepare_server_args runs."""
+    if not RESOLVES_IN_POST_INIT:
+        yield
+        return
+    saved = ServerArgs.__post_init__
+    ServerArgs.__post_init__ = lambda self: None
+    try:
+        yield
+    finally:
+        ServerArgs.__post_init__ = saved
+
+
+def _resolver(server_args: Any) -> Callable[[], None]:
+    """The hardware-aware resolution step of this release."""
+    if RESOLVES_IN_POST_INIT:
+        return server_args._run_resolution_pipeline
+    return server_args.resolve_once
+
+
 def _parse_one(argv: list[str], resolve: bool) -> dict[str, Any]:
     row: dict[str, Any] = {"argv": argv, "exit_code": None, "error": None, "full": None}
     stderr = io.StringIO()
     try:
         # argparse reports errors by printing, then SystemExit(2): keep its last line.
-        with contextlib.redirect_stderr(stderr):
+        with contextlib.redirect_stderr(stderr), _parse_only():
             server_args = prepare_server_args(list(argv))
     except SystemExit as exc:
         lines = stderr.getvalue().strip().splitlines()
@@ -95,7 +136,7 @@ def _parse_one(argv: list[str], resolve: bool) -> dict[str, Any]:
     if resolve:
         row["resolve_error"] = None
         try:
-            server_args.resolve_once()
+            _resolver(server_args)()
         except BaseException as exc:  # hardware hooks fail in many ways on CPU
             row["resolve_error"] = _one_line(exc)
     return row

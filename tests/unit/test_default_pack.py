@@ -325,6 +325,26 @@ def test_sources_cite_lines_that_hold_the_message() -> None:
     assert bad == []
 
 
+@pytest.mark.parametrize(("version", "want"), [
+    ("0.5.13", None),  # no such message, and no --cuda-graph-backend-prefill, before 0.5.14
+    ("0.5.18", ("--cuda-graph-backend-prefill", "disabled")),
+    ("0.5.23", ("--cuda-graph-backend-prefill", "disabled")),
+])
+def test_prefill_capture_failure_is_fixed_per_release(version: str,
+                                                      want: tuple[str, str] | None) -> None:
+    """0.5.18's real CPU failure line (e2e test_e2e_old_release) gets SGLang's advice."""
+    table = load_release(version).options
+    line = ("RuntimeError: Capture prefill CUDA graph failed: Could not run "
+            "'sglang::unified_attention_with_output' with arguments from the 'CPU' backend.")
+    fix = first_fix(MATCHER, line, MatchContext({}, "mha", None, version, table), {})[0]
+    got = None if fix is None or fix.flag is None else (fix.flag, fix.new_value)
+    assert got == want
+    if want is not None:
+        assert fix is not None and fix.rule.id == "prefill-cuda-graph-capture-failed"
+        spec = table.by_string[want[0]]
+        assert spec.choices is not None and want[1] in spec.choices
+
+
 # --- messages of other releases, and the rules added for issue 12 --------------------------
 
 @pytest.mark.parametrize("msg", OTHER["message"], ids=lambda m: f"{m['rule']}@{m['release']}")

@@ -120,3 +120,29 @@ def test_drop_of_absent_flag_changes_nothing(options: OptionTable) -> None:
     out, derived, _ = _edit(options, ["--config", "s.yaml", *ODD], DROP, yaml_data={"port": 1})
     assert out == ["--config", "s.yaml", *ODD]
     assert derived is None
+
+
+# 0.5.18: four options share dest cuda_graph_backend_prefill; three of them take no value.
+OLD = "0.5.18"
+SET_PREFILL_OFF = Edit("cuda_graph_backend_prefill", "set", "disabled")
+
+
+def _old_options() -> OptionTable:
+    from sglang_guard.core.releases import load_release  # noqa: PLC0415
+
+    return load_release(OLD).options
+
+
+def test_a_value_is_written_with_the_option_that_takes_it() -> None:
+    """Not with the table's last option for the dest (a store_const alias in 0.5.18)."""
+    old = _old_options()
+    assert not old.by_dest["cuda_graph_backend_prefill"].takes_value  # the trap itself
+    argv, _, _ = _edit(old, ODD, SET_PREFILL_OFF)
+    assert argv == [*ODD, "--cuda-graph-backend-prefill", "disabled"]
+
+
+def test_a_value_less_alias_given_by_the_user_is_replaced() -> None:
+    old = _old_options()
+    argv, _, _ = _edit(old, ["--enforce-piecewise-cuda-graph", *ODD], SET_PREFILL_OFF)
+    assert argv == ["--cuda-graph-backend-prefill", "disabled", *ODD]
+

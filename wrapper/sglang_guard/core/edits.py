@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from sglang_guard.core.argv import CONFIG_FLAG, CommandLine
-from sglang_guard.core.options import OptionTable
+from sglang_guard.core.options import OptionSpec, OptionTable
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +47,19 @@ def derived_path_for(data: Mapping[str, Any], derived_dir: str) -> str:
     return f"{derived_dir.rstrip('/')}/sglang-config-{digest}.yaml"
 
 
+def _writer(table: OptionTable, edit: Edit) -> OptionSpec:
+    """The option that writes `edit`: for a value, one of its dest that takes a value.
+
+    Several options may share a dest; in 0.5.18 `--cuda-graph-backend-prefill` shares
+    `cuda_graph_backend_prefill` with three value-less aliases (`--disable-piecewise-cuda-graph`,
+    ...; server_args.py:8797-8820), and the table's own pick for the dest is the last of them.
+    """
+    spec = table.by_dest[edit.dest]
+    if edit.value is not None and not spec.takes_value:
+        spec = next((o for o in table.options if o.dest == edit.dest and o.takes_value), spec)
+    return spec
+
+
 def apply_edits(
     cl: CommandLine, table: OptionTable, edits: Sequence[Edit], derived_dir: str
 ) -> EditResult:
@@ -67,13 +80,20 @@ def apply_edits(
                     del yaml_data[occ.yaml_key]
                     yaml_changed = True
             continue
-        spec = table.by_dest[edit.dest]
+        spec = _writer(table, edit)
         last = occs[-1] if occs else None
+        # A value-less alias of the dest (store_const) cannot carry the value: replace it.
+        alias = (last is not None and last.origin == "cli" and last.spec is not None
+                 and edit.value is not None and not last.spec.takes_value)
         if last is None:
             append += [spec.canonical] + ([edit.value] if edit.value is not None else [])
         elif last.origin == "yaml" and yaml_data is not None and last.yaml_key is not None:
+            # (no alias here: SGLang's YAML merge refuses store_const options)
             yaml_data[last.yaml_key] = True if edit.value is None else edit.value
             yaml_changed = True
+        elif alias:
+            replace[last.index] = [spec.canonical, str(edit.value)]
+            remove.update(range(last.index + 1, last.index + last.count))
         elif edit.value is not None and last.inline:
             replace[last.index] = [f"{last.option}={edit.value}"]
         elif edit.value is not None:
