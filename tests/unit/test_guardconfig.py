@@ -160,3 +160,16 @@ def test_locate_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SGLANG_GUARD_CONFIG", "/env.toml")
     assert locate(None, search_defaults=True) == "/env.toml"
     assert locate("/explicit.toml", search_defaults=True) == "/explicit.toml"
+
+
+def test_group_section_defaults_and_checks() -> None:
+    group = parse_guard_config("", "g.toml").group
+    assert (group.port, group.bind, group.leader_lost_s) == (9489, "127.0.0.1", 30.0)
+    cfg = parse_guard_config('[group]\nport = 7000\nbind = "10.0.0.5"\nleader_lost_s = 5\n', "g")
+    assert (cfg.group.port, cfg.group.bind, cfg.group.leader_lost_s) == (7000, "10.0.0.5", 5.0)
+    with pytest.raises(ConfigError, match=r"group.port: expected a TCP port"):
+        parse_guard_config("[group]\nport = 70000\n", "g.toml")
+    with pytest.raises(ConfigError, match=r"group.heartbeat_s: must be above 0"):
+        parse_guard_config("[group]\nheartbeat_s = 0\n", "g.toml")
+    with pytest.raises(ConfigError, match=r"group.*leader"):
+        parse_guard_config("[group]\nleader = 1\n", "g.toml")

@@ -6,8 +6,9 @@ put events; the loop alone decides and acts.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from sglang_guard.core.argv import CommandLine
@@ -75,5 +76,51 @@ class CommandChanged:
     reason: str
 
 
+# -- a multi-node group (core/group.py, shell/group.py) --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PeerLine:
+    """Leader: a worker's SGLang wrote a line a rule may match, in group generation `gen`."""
+
+    gen: int
+    rank: int
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class PeerDown:
+    """Leader: a worker's SGLang or guard is gone (or never came up) in generation `gen`."""
+
+    gen: int
+    rank: int
+    reason: str
+    stage: str | None = None  # the start-up stage the group is stuck in, when known
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRelaunch:
+    """Worker: the leader launched generation `group_gen`; relaunch with `cl`."""
+
+    group_gen: int
+    cl: CommandLine
+    cause: Mapping[str, Any]  # the leader's journaled decision behind it (empty: none)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReady:
+    """Worker: the leader confirmed generation `group_gen` ready (its ready line and /health)."""
+
+    group_gen: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupExit:
+    """Worker: end as the group ends (the leader exited, or was lost)."""
+
+    code: int
+    reason: str
+
+
 Event = (ChildLine | ChildExited | HealthResult | Tick | SignalReceived | FileChanged
-         | CommandChanged)
+         | CommandChanged | PeerLine | PeerDown | GroupRelaunch | GroupReady | GroupExit)

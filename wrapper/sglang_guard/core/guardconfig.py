@@ -83,6 +83,22 @@ class RulesSection:
     allow_set: tuple[str, ...] = ()
 
 
+# The leader guard's group port: next to the status port (9488), away from SGLang's 30000+.
+DEFAULT_GROUP_PORT = 9489
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSection:
+    """A multi-node group's guards (docs/multinode.md): the leader's port, the silence bounds."""
+
+    port: int = DEFAULT_GROUP_PORT  # the leader serves here; workers reach it at the leader host
+    bind: str = "127.0.0.1"  # the leader's bind address: loopback unless configured
+    heartbeat_s: float = 1.0  # how often a worker reports to the leader
+    leader_lost_s: float = 30.0  # a worker whose leader is silent this long stops and exits 69
+    worker_lost_s: float = 30.0  # a worker silent this long is a failure of the group
+    join_timeout_s: float = 600.0  # every worker must run the leader's launch within this
+
+
 # The guard's own HTTP port (/metrics, /livez, /readyz, /startupz, /status): SGLang's default
 # is 30000 and its internal ports land above it, so the guard's sits well away from both.
 DEFAULT_STATUS_PORT = 9488
@@ -135,6 +151,7 @@ class GuardConfig:
     restart: RestartSection = field(default_factory=RestartSection)
     health: HealthSection = field(default_factory=HealthSection)
     rules: RulesSection = field(default_factory=RulesSection)
+    group: GroupSection = field(default_factory=GroupSection)
     status: StatusSection = field(default_factory=StatusSection)
     state_dir: str | None = None
     gpu_sm: str = "auto"
@@ -162,7 +179,7 @@ def with_overrides(cfg: GuardConfig, policy: str | None, gpu_sm: str | None,
 def parse_guard_config(text: str, path: str) -> GuardConfig:
     """Parse and validate the TOML text of a guard config."""
     root = Table.parse(text, path)
-    root.known({"sglang", "policy", "restart", "health", "rules", "state", "gpu", "log",
+    root.known({"sglang", "policy", "restart", "health", "rules", "group", "state", "gpu", "log",
                 "status"})
     return GuardConfig(
         path=path,
@@ -171,12 +188,22 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
         restart=_section(root.table("restart"), RestartSection),
         health=_section(root.table("health"), HealthSection),
         rules=_section(root.table("rules"), RulesSection),
+        group=_group(root.table("group")),
         status=_status(root.table("status")),
         state_dir=_leaf(root, "state", "dir").text("dir"),
         gpu_sm=_gpu_sm(_leaf(root, "gpu", "sm")),
         log_format=cast("LogFormat", _leaf(root, "log", "format").choice(
             "format", ("auto", "json", "console"), "auto")),
     )
+
+
+def _group(raw: Table) -> GroupSection:
+    group: GroupSection = _section(raw, GroupSection)
+    if not 0 < group.port < 65536:
+        raise raw.fail("port", f"expected a TCP port (1-65535), got {group.port}")
+    if group.heartbeat_s <= 0:
+        raise raw.fail("heartbeat_s", "must be above 0")
+    return group
 
 
 def _status(raw: Table) -> StatusSection:

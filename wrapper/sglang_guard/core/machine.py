@@ -31,7 +31,12 @@ from sglang_guard.core.events import (
     CommandChanged,
     Event,
     FileChanged,
+    GroupExit,
+    GroupReady,
+    GroupRelaunch,
     HealthResult,
+    PeerDown,
+    PeerLine,
     SignalReceived,
     Tick,
 )
@@ -66,6 +71,9 @@ class Env:
     sm: int | None
     sglang_version: str | None
     derived_dir: str
+    # A multi-node group: "leader" also decides for its workers' lines and failures;
+    # a "worker" decides nothing itself and follows its leader's orders (core/group.py).
+    role: str = "solo"  # solo | leader | worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +109,7 @@ class State:
 
     cl: CommandLine
     gen: int = 0
-    phase: str = "idle"  # idle | starting | ready | stopping | backoff | done
+    phase: str = "idle"  # idle | starting | ready | stopping | backoff | held | done
     ready_line: bool = False
     last_ready: CommandLine | None = None
     fired: Mapping[str, int] = field(default_factory=dict)
@@ -132,10 +140,14 @@ def step(state: State, event: Event, env: Env, now: float, jitter: float
         return state, [Reload(event.kind, event.path)]
     if isinstance(event, CommandChanged):
         return _on_command_changed(state, event, env)
+    if isinstance(event, GroupRelaunch | GroupReady | GroupExit):
+        return _on_group_order(state, event, env)
     if getattr(event, "gen", state.gen) != state.gen:
         return state, []  # a late event of a launch that is already over
     if isinstance(event, ChildLine):
         return _on_line(state, event, env)
+    if isinstance(event, PeerLine | PeerDown):
+        return _on_peer(state, event, env)
     if isinstance(event, HealthResult):
         return _on_health(state, event, env)
     if isinstance(event, Tick):
@@ -196,8 +208,8 @@ def _ctx(state: State, env: Env) -> MatchContext:
 
 def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Action]]:
     actions: list[Action] = []
-    if state.phase not in ("starting", "ready"):
-        return state, actions
+    if state.phase not in ("starting", "ready") or env.role == "worker":
+        return state, actions  # a worker's lines go to its leader, which decides
     if state.phase == "starting" and READY_LINE in event.text and not state.ready_line:
         state = replace(state, ready_line=True)
         if not env.health.enabled:  # no HTTP probing at all: the line alone says ready
@@ -379,7 +391,7 @@ def _on_tick(state: State, event: Tick, env: Env) -> tuple[State, list[Action]]:
         return replace(state, attempt=0, fired={}), [Journal({"event": "stable", "gen": state.gen})]
     if name == "settle" and state.tentative is not None and state.phase in ("starting", "ready"):
         return _settle(state, env)
-    if name == "ready_timeout" and state.phase == "starting":
+    if name == "ready_timeout" and state.phase == "starting" and env.role != "worker":
         pending = Pending("restart", cl=state.cl, failure=True, reason="not ready in time")
         return _stop(state, pending, "ready timeout")
     return state, []
@@ -397,6 +409,9 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
         if pending.code == EXIT_GIVE_UP:  # every give-up is journaled the same way
             journal.append(Journal({"event": "give_up", "reason": pending.reason}))
         return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
+    if pending is None and env.role == "worker":  # the leader counts it and says what next
+        return replace(state, phase="held"), [
+            *journal, Notify(status="SGLang exited; waiting for the group leader")]
     if pending is not None and not pending.failure and pending.cl is not None:
         new, actions = _spawn(state, env, pending.cl, pending.reason or "fixed")
         return new, [*journal, *actions]
@@ -423,3 +438,53 @@ def _failure(state: State, env: Env, cl: CommandLine, reason: str, *, now: float
                           "failures_in_window": len(failures)}),
                  Notify(status=f"crashed ({reason}); restarting in {delay:.1f}s"),
                  Schedule("backoff", state.gen, delay)]
+
+
+# -- a multi-node group: the leader decides for every node, a worker follows ---------------
+
+
+def _on_peer(state: State, event: PeerLine | PeerDown, env: Env) -> tuple[State, list[Action]]:
+    """Leader: a worker's line is matched as if it were rank 0's; a lost worker is a failure."""
+    if isinstance(event, PeerLine):
+        if READY_LINE in event.text:
+            return state, []
+        line = ChildLine(state.gen, "stderr", event.text, len(event.text))
+        new, actions = _on_line(state, line, env)
+        return new, [Journal({**a.record, "node": event.rank}) if isinstance(a, Journal) else a
+                     for a in actions]
+    if state.phase not in ("starting", "ready"):
+        return state, []
+    journal = Journal({"event": "group.node_down", "gen": state.gen, "node": event.rank,
+                       "reason": event.reason,
+                       **({"stage": event.stage} if event.stage else {})})
+    pending = Pending("restart", cl=state.cl, failure=True, reason=event.reason)
+    new, actions = _stop(state, pending, f"node {event.rank} down")
+    return new, [journal, Notify(status=f"node {event.rank} down; restarting the group"),
+                 *actions]
+
+
+def _on_group_order(state: State, event: GroupRelaunch | GroupReady | GroupExit, env: Env
+                    ) -> tuple[State, list[Action]]:
+    """Worker: relaunch, turn ready or end as the leader says."""
+    if isinstance(event, GroupReady):
+        return _ready(state, env) if state.phase == "starting" else (state, [])
+    if isinstance(event, GroupExit):
+        journal = Journal({"event": "group.exit", "code": event.code, "reason": event.reason})
+        pending = Pending("exit", code=event.code, reason=event.reason)
+        if state.phase in ("starting", "ready", "stopping"):
+            new, actions = _stop(state, pending, "group exit")
+            return new, [journal, Notify(status="stopping with the group"), *actions]
+        return replace(state, phase="done"), [journal, Exit(event.code, event.reason)]
+    why = f"group generation {event.group_gen}"
+    journal = Journal({"event": "group.relaunch", "group_gen": event.group_gen,
+                       "cause": dict(event.cause),
+                       "argv_after": redact_argv(event.cl.argv, env.options)})
+    if state.phase in ("starting", "ready"):
+        new, actions = _stop(state, Pending("restart", cl=event.cl, reason=why), "group relaunch")
+        return new, [journal, *actions]
+    if state.phase == "stopping":
+        if state.pending is not None and state.pending.kind == "restart":
+            return replace(state, pending=Pending("restart", cl=event.cl, reason=why)), [journal]
+        return state, []
+    new, actions = _spawn(state, env, event.cl, why)  # held, idle or backoff: launch now
+    return new, [journal, *actions]

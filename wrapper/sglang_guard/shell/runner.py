@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sglang_guard.core.group import group_spec
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher
-from sglang_guard.errors import ConfigError, Refused
+from sglang_guard.errors import ConfigError, GuardError, Refused
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
@@ -140,7 +142,28 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                  watch=watched_files(cfg, first), observer=opts.observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
-    return run_supervisor(rt, first.cl, journal)
+    cl = first.cl
+    spec = group_spec(cl, os.environ, cfg.group.port)
+    if spec is not None:  # a multi-node group (docs/multinode.md)
+        from sglang_guard.shell import group  # noqa: PLC0415 - single-node guards skip it
+
+        if journal is not None:
+            journal.write({"event": "group.start", "rank": spec.rank, "nnodes": spec.nnodes,
+                           "leader": spec.leader, "port": spec.port})
+        try:
+            rt.group, cl, rt.env, replayed = group.open_group(spec, cfg.group, cl, first.gpu,
+                                                              env, state_dir=opts.state_dir)
+        except GuardError as exc:  # refused by the leader, or no leader: journaled, then raised
+            if journal is not None:
+                journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})
+            raise
+        if replayed is not None and journal is not None:
+            journal.write({"event": "learned.replayed", "path": str(group.Learned.NAME),
+                           "argv_before": redact_argv(first.cl.argv, env.options),
+                           "argv_after": redact_argv(replayed.argv, env.options)})
+        if not spec.leads:
+            rt.reload = group.worker_reload(rt.reload)
+    return run_supervisor(rt, cl, journal)
 
 
 def watched_files(cfg: GuardConfig, prepared: Prepared) -> dict[str, Kind]:

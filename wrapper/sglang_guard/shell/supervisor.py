@@ -49,6 +49,7 @@ from sglang_guard.shell.timers import Timers
 from sglang_guard.shell.watch import FileWatcher, Kind
 
 if TYPE_CHECKING:
+    from sglang_guard.shell.groupwire import Link
     from sglang_guard.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
@@ -69,6 +70,7 @@ class Runtime:
     stdout: BinaryIO = sys.stdout.buffer
     stderr: BinaryIO = field(default_factory=stderrgate.child_stderr)  # shared with our events
     child_env: dict[str, str] | None = None
+    group: Link | None = None  # a multi-node group's leader or worker side (shell/group.py)
     observer: Observer = NO_OBSERVER  # the status port's hooks (shell/status.py)
 
 
@@ -106,6 +108,8 @@ class Supervisor:
         watcher = FileWatcher(self.events, self.rt.watch) if self.rt.watch else None
         if watcher is not None:
             watcher.start()
+        if self.rt.group is not None:
+            self.rt.group.start(self.events)
         self.rt.observer.attach(self.events)
         try:
             self.state, actions = machine.start(self.state, self.rt.env)
@@ -113,6 +117,8 @@ class Supervisor:
             code = self._act(actions)
             while code is None:
                 event = self.events.get()
+                if self.rt.group is not None:
+                    self.rt.group.saw_event(event, self.state)
                 self.state, actions = machine.step(
                     self.state, event, self.rt.env, time.monotonic(), random.random()  # noqa: S311
                 )
@@ -120,6 +126,8 @@ class Supervisor:
                 code = self._act(actions)
             return code
         finally:
+            if self.rt.group is not None:  # first: a leader's workers hear how it ended
+                self.rt.group.close()
             self._done.set()
             if keepalive is not None:
                 keepalive.join()
@@ -169,6 +177,8 @@ class Supervisor:
 
     def _act(self, actions: list[Action]) -> int | None:
         for action in actions:
+            if self.rt.group is not None:
+                self.rt.group.saw_action(action, self.state)
             if isinstance(action, Exit):
                 self._record({"event": "guard.exit", "code": action.code, "reason": action.reason})
                 if action.code:
