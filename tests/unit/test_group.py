@@ -163,7 +163,7 @@ def test_ready_follows_the_leaders_confirmed_state() -> None:
     assert group.follow(follower(), reply(1, ready=True), 1.0, OPTIONS)[1] == [GroupReady(1)]
 
 
-def test_leader_silence_past_the_bound_ends_the_worker_with_69() -> None:
+def test_leader_silence_past_the_bound_ends_the_worker_with_76() -> None:
     f, events = group.follow(follower(now=10.0), None, 15.0, OPTIONS)
     assert events == []
     f, events = group.follow(f, None, 15.1, OPTIONS)

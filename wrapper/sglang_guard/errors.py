@@ -9,7 +9,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_REMEDIATED = 1  # `check` only: the command line was changed
 EXIT_USAGE = 2  # bad arguments or bad input files (model dir, config.json, TOML, YAML)
-EXIT_LEADER_LOST = 69  # EX_UNAVAILABLE: a group worker lost (or never reached) its leader
+EXIT_LEADER_LOST = 76  # EX_PROTOCOL: a group worker lost (or never reached) its leader
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in the guard
 EXIT_GIVE_UP = 75  # EX_TEMPFAIL: `run` gave up (crash loop, a fix that did not hold, busy port)
 EXIT_REFUSED = 78  # EX_CONFIG: the policy refused the command line

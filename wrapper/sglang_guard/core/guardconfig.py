@@ -94,7 +94,7 @@ class GroupSection:
     port: int = DEFAULT_GROUP_PORT  # the leader serves here; workers reach it at the leader host
     bind: str = "127.0.0.1"  # the leader's bind address: loopback unless configured
     heartbeat_s: float = 1.0  # how often a worker reports to the leader
-    leader_lost_s: float = 30.0  # a worker whose leader is silent this long stops and exits 69
+    leader_lost_s: float = 30.0  # a worker whose leader is silent this long stops and exits 76
     worker_lost_s: float = 30.0  # a worker silent this long is a failure of the group
     join_timeout_s: float = 600.0  # every worker must run the leader's launch within this
 
