@@ -26,6 +26,16 @@ class ChildLine:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildOutput:
+    """The child wrote a chunk while starting: progress evidence for the stall watch."""
+
+    gen: int
+    stream: Stream
+    tail: str  # the chunk's last line (or redrawn progress-bar state), cleaned
+    bar: bool  # the chunk redrew a progress bar (a carriage return)
+
+
+@dataclass(frozen=True, slots=True)
 class ChildExited:
     """The child process was reaped."""
 
@@ -75,5 +85,5 @@ class CommandChanged:
     reason: str
 
 
-Event = (ChildLine | ChildExited | HealthResult | Tick | SignalReceived | FileChanged
+Event = (ChildLine | ChildOutput | ChildExited | HealthResult | Tick | SignalReceived | FileChanged
          | CommandChanged)

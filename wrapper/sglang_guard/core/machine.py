@@ -28,6 +28,7 @@ from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.events import (
     ChildExited,
     ChildLine,
+    ChildOutput,
     CommandChanged,
     Event,
     FileChanged,
@@ -35,11 +36,12 @@ from sglang_guard.core.events import (
     SignalReceived,
     Tick,
 )
-from sglang_guard.core.guardconfig import HealthSection, RestartSection
+from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSection
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import redact_argv
-from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix
-from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
+from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix, in_phase
+from sglang_guard.core.stages import Stalled, is_progress, stage_of
+from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
 
 READY_LINE = "The server is fired up and ready to roll!"
 SETTLE_S = 2.0  # a catch-all match waits this long for a more specific line of the same crash
@@ -58,6 +60,7 @@ class Env:
     sm: int | None
     sglang_version: str | None
     derived_dir: str
+    start: StartSection = field(default_factory=StartSection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,14 @@ class State:
     pending: Pending | None = None
     # What waits out SETTLE_S (with the line that triggered it).
     tentative: CatchAll | Refired | None = None
+    # The start-up watch (core/stages.py): the stage SGLang is in, when it last made
+    # progress (None: not since the spawn), the last line it printed, the live stall
+    # timer's number, and what was seen when the start stalled (for /startupz).
+    stage: str = "init"
+    progress_at: float | None = None
+    last_line: str = ""
+    stall_seq: int = 0
+    stalled: Stalled | None = None
 
 
 def start(state: State, env: Env) -> tuple[State, list[Action]]:
@@ -124,10 +135,14 @@ def step(state: State, event: Event, env: Env, now: float, jitter: float
     if getattr(event, "gen", state.gen) != state.gen:
         return state, []  # a late event of a launch that is already over
     if isinstance(event, ChildLine):
-        return _on_line(state, event, env)
+        return _on_line(state, event, env, now)
+    if isinstance(event, ChildOutput):
+        return _on_output(state, event, now), []
     if isinstance(event, HealthResult):
         return _on_health(state, event, env)
     if isinstance(event, Tick):
+        if event.name.startswith(STALL):
+            return _on_stall_tick(state, event, env, now)
         return _on_tick(state, event, env)
     if isinstance(event, ChildExited):
         return _on_exit(state, event, env, now, jitter)
@@ -137,13 +152,16 @@ def step(state: State, event: Event, env: Env, now: float, jitter: float
 def _spawn(state: State, env: Env, cl: CommandLine, why: str) -> tuple[State, list[Action]]:
     gen = state.gen + 1
     new = replace(state, cl=cl, gen=gen, phase="starting", ready_line=False,
-                  liveness_streak=0, pending=None, tentative=None)
+                  liveness_streak=0, pending=None, tentative=None, stage="init",
+                  progress_at=None, last_line="", stalled=None)
     argv = redact_argv(cl.argv, env.options)
+    new, watch = _watch_stall(new, env, env.start.limit("init"))
     return new, [
         Spawn(gen, cl.argv),
         Journal({"event": "child.start", "gen": gen, "reason": why, "argv": argv}),
         Notify(status=f"loading (launch {gen})"),
         Schedule("ready_timeout", gen, env.restart.ready_timeout_s),
+        *watch,
     ]
 
 
@@ -179,13 +197,85 @@ def _on_command_changed(state: State, event: CommandChanged, env: Env
 
 
 def _ctx(state: State, env: Env) -> MatchContext:
-    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version)
+    phase = "running" if state.phase == "ready" else "start"
+    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version, phase)
 
 
-def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Action]]:
+# --- the start-up watch ---------------------------------------------------------------------
+
+STALL = "stall:"  # Tick names "stall:<n>": only the latest timer of a launch counts
+
+
+def _watch_stall(state: State, env: Env, delay: float) -> tuple[State, list[Action]]:
+    """Start a new stall timer (the older one, if any, is ignored when it fires)."""
+    seq = state.stall_seq + 1
+    state = replace(state, stall_seq=seq)
+    if delay <= 0:  # this stage is not watched
+        return state, []
+    return state, [Schedule(f"{STALL}{seq}", state.gen, delay)]
+
+
+def _on_output(state: State, event: ChildOutput, now: float) -> State:
+    if state.phase != "starting":
+        return state
+    if event.tail:
+        state = replace(state, last_line=event.tail)
+    if is_progress(event.tail, event.bar):
+        state = replace(state, progress_at=now)
+    return state
+
+
+def _on_start_line(state: State, text: str, env: Env, now: float
+                   ) -> tuple[State, list[Action]]:
+    """A line while starting: progress, and perhaps the next stage (with its own limit)."""
+    state = replace(state, last_line=text)
+    stage = stage_of(text)
+    if stage is None:
+        return (replace(state, progress_at=now) if is_progress(text, False) else state), []
+    state = replace(state, progress_at=now, stage=stage)
+    state, watch = _watch_stall(state, env, env.start.limit(stage))
+    return state, [Journal({"event": "start.stage", "gen": state.gen, "stage": stage}), *watch]
+
+
+def _on_stall_tick(state: State, event: Tick, env: Env, now: float
+                   ) -> tuple[State, list[Action]]:
+    if state.phase != "starting" or event.name != f"{STALL}{state.stall_seq}":
+        return state, []
+    limit = env.start.limit(state.stage)
+    if limit <= 0:
+        return state, []
+    # No progress since the spawn: this timer was set at the spawn, for the whole limit.
+    silent = limit if state.progress_at is None else now - state.progress_at
+    if silent < limit:
+        return _watch_stall(state, env, limit - silent)
+    stalled = Stalled(state.stage, state.last_line, round(silent, 3))
+    state = replace(state, stalled=stalled)
+    reason = (f"start stalled: no progress in stage {stalled.stage} for {silent:.0f}s "
+              f"(limit {limit:g}s; last line: {stalled.line[:200]!r})")
+    journal = Journal({"event": "start.stalled", "gen": state.gen, "stage": stalled.stage,
+                       "line": stalled.line, "silent_s": stalled.silent_s, "limit_s": limit,
+                       "action": env.start.on_stall})
+    notify = Notify(status=f"start stalled in {stalled.stage}")
+    if env.start.on_stall == "give_up":
+        pending = Pending("exit", code=EXIT_GIVE_UP, reason=reason)
+        new, actions = _stop(state, pending, "start stalled")
+        return new, [journal, Journal({"event": "give_up.planned", "gen": state.gen,
+                                       "reason": reason}), notify, *actions]
+    pending = Pending("restart", cl=state.cl, failure=True, reason=reason)
+    new, actions = _stop(state, pending, "start stalled")
+    return new, [journal, notify, *actions]
+
+
+# --- log lines ------------------------------------------------------------------------------
+
+
+def _on_line(state: State, event: ChildLine, env: Env, now: float
+             ) -> tuple[State, list[Action]]:
     actions: list[Action] = []
     if state.phase not in ("starting", "ready"):
         return state, actions
+    if state.phase == "starting":
+        state, actions = _on_start_line(state, event.text, env, now)
     if state.phase == "starting" and READY_LINE in event.text and not state.ready_line:
         state = replace(state, ready_line=True)
         if not env.health.enabled:  # no HTTP probing at all: the line alone says ready
@@ -195,7 +285,7 @@ def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Acti
     if fix is None:
         # A rule that already fired and now finds nothing left to change (its flag is gone
         # or already has the new value) fired again after its fix: the fix did not hold.
-        again = exhausted or _refired(env.matcher, event.text, state.fired)
+        again = exhausted or _refired(env.matcher, event.text, state.fired, _ctx(state, env).phase)
         if again and not isinstance(state.tentative, Refired):
             # Not at once: a later line of the same burst may still name a fix (torch's OOM
             # line comes before SGLang's "Capture cuda graph failed", say). A pending
@@ -223,8 +313,10 @@ def _settle(state: State, env: Env) -> tuple[State, list[Action]]:
     return _apply_fix(state, what.fix, what.line, env)
 
 
-def _refired(matcher: Matcher, line: str, fired: Mapping[str, int]) -> tuple[Rule, ...]:
-    return tuple(r for r in matcher.candidates(line) if r.fatal and fired.get(r.id, 0) > 0)
+def _refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str
+             ) -> tuple[Rule, ...]:
+    return tuple(r for r in matcher.candidates(line)
+                 if r.fatal and fired.get(r.id, 0) > 0 and in_phase(r, phase))
 
 
 def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list[Action]]:
@@ -232,6 +324,13 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
     fired = {**state.fired, rule.id: state.fired.get(rule.id, 0) + 1}
     state = replace(state, fired=fired)
     base = {"trigger": "log", "rule": rule.id, "line": line, "gen": state.gen}
+    if fix.action == "environment":
+        diagnosis = fix.diagnosis or rule.reason
+        pending = Pending("exit", code=EXIT_ENVIRONMENT, reason=f"{rule.id}: {diagnosis}")
+        new, actions = _stop(state, pending, f"rule {rule.id}")
+        return new, [Journal({"event": "give_up.planned", **base, "class": "environment",
+                              "reason": diagnosis}),
+                     Notify(status=f"environment failure: {diagnosis}"), *actions]
     if fix.action == "give_up":
         pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {rule.reason}")
         new, actions = _stop(state, pending, f"rule {rule.id}")
@@ -341,7 +440,7 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
         journal += [a for a in acts if not isinstance(a, Stop)]
     pending = state.pending
     if pending is not None and pending.kind == "exit":
-        if pending.code == EXIT_GIVE_UP:  # every give-up is journaled the same way
+        if pending.code in (EXIT_GIVE_UP, EXIT_ENVIRONMENT):  # every give-up journaled alike
             journal.append(Journal({"event": "give_up", "reason": pending.reason}))
         return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
     if pending is not None and not pending.failure and pending.cl is not None:

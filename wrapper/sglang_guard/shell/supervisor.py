@@ -35,8 +35,16 @@ from sglang_guard.core.actions import (
     Stop,
 )
 from sglang_guard.core.argv import CommandLine
-from sglang_guard.core.events import CommandChanged, Event, HealthResult, SignalReceived, Tick
-from sglang_guard.core.logline import clean_block
+from sglang_guard.core.events import (
+    ChildOutput,
+    CommandChanged,
+    Event,
+    HealthResult,
+    SignalReceived,
+    Stream,
+    Tick,
+)
+from sglang_guard.core.logline import clean, clean_block
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.shell import health, ports
@@ -198,6 +206,17 @@ class Supervisor:
         text = clean_block(block)
         return _READY in text or self.rt.env.matcher.might_match(text)
 
+    def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
+        """Reader threads call this per chunk: while starting, progress evidence for the machine."""
+
+        def on_chunk(stream: Stream, chunk: bytes) -> None:
+            state = self.state  # a stale read is harmless: the machine checks gen and phase
+            if state.phase != "starting" or state.gen != gen:
+                return
+            self.events.put(ChildOutput(gen, stream, _tail(chunk), b"\r" in chunk))
+
+        return on_chunk
+
     def _spawn(self, action: Spawn) -> None:
         if self.child is not None:
             # Its main process is gone, but a member that closed its pipes may still hold
@@ -212,7 +231,8 @@ class Supervisor:
         argv = [*self.rt.launch, *action.argv]
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
-                                 env=self.rt.child_env, prefilter=self._interesting)
+                                 env=self.rt.child_env, prefilter=self._interesting,
+                                 on_chunk=self._chunk_watcher(action.gen))
         with contextlib.suppress(OSError):  # only orphan clean-up after a SIGKILLed guard needs it
             self._write_pidfile(self.child.pgid, [])
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
@@ -350,6 +370,16 @@ class Supervisor:
             record |= {"outside_group": [p.pid for p in strays]}
         if len(record) > 2:
             self._record(record)
+
+
+TAIL_BYTES = 512
+
+
+def _tail(chunk: bytes) -> str:
+    """The last line of a chunk (or the last redraw of a progress bar), cleaned, bounded."""
+    tail = chunk[-TAIL_BYTES:].rstrip(b"\r\n")
+    cut = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
+    return clean(tail[cut + 1:], TAIL_BYTES).strip()
 
 
 def _same_process(entry: tuple[Any, ...]) -> psutil.Process | None:
