@@ -36,6 +36,14 @@ class ChildOutput:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildStage:
+    """While starting, the child printed a stage marker (core/stages.MARKERS)."""
+
+    gen: int
+    stage: str
+
+
+@dataclass(frozen=True, slots=True)
 class ChildExited:
     """The child process was reaped."""
 
@@ -85,5 +93,5 @@ class CommandChanged:
     reason: str
 
 
-Event = (ChildLine | ChildOutput | ChildExited | HealthResult | Tick | SignalReceived | FileChanged
-         | CommandChanged)
+Event = (ChildLine | ChildOutput | ChildStage | ChildExited | HealthResult | Tick
+         | SignalReceived | FileChanged | CommandChanged)

@@ -29,6 +29,7 @@ from sglang_guard.core.events import (
     ChildExited,
     ChildLine,
     ChildOutput,
+    ChildStage,
     CommandChanged,
     Event,
     FileChanged,
@@ -40,7 +41,7 @@ from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSe
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix, in_phase
-from sglang_guard.core.stages import Stalled, is_progress, stage_of
+from sglang_guard.core.stages import Stalled, is_progress
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
 
 READY_LINE = "The server is fired up and ready to roll!"
@@ -138,6 +139,8 @@ def step(state: State, event: Event, env: Env, now: float, jitter: float
         return _on_line(state, event, env, now)
     if isinstance(event, ChildOutput):
         return _on_output(state, event, now), []
+    if isinstance(event, ChildStage):
+        return _on_stage(state, event.stage, env, now)
     if isinstance(event, HealthResult):
         return _on_health(state, event, env)
     if isinstance(event, Tick):
@@ -225,13 +228,12 @@ def _on_output(state: State, event: ChildOutput, now: float) -> State:
     return state
 
 
-def _on_start_line(state: State, text: str, env: Env, now: float
-                   ) -> tuple[State, list[Action]]:
-    """A line while starting: progress, and perhaps the next stage (with its own limit)."""
-    state = replace(state, last_line=text)
-    stage = stage_of(text)
-    if stage is None:
-        return (replace(state, progress_at=now) if is_progress(text, False) else state), []
+def _on_stage(state: State, stage: str, env: Env, now: float) -> tuple[State, list[Action]]:
+    """The next stage began: progress, and a timer with that stage's own limit."""
+    if state.phase != "starting":
+        return state, []
+    if stage == state.stage:  # every TP rank prints its markers: the same stage again
+        return replace(state, progress_at=now), []
     state = replace(state, progress_at=now, stage=stage)
     state, watch = _watch_stall(state, env, env.start.limit(stage))
     return state, [Journal({"event": "start.stage", "gen": state.gen, "stage": stage}), *watch]
@@ -275,7 +277,9 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
     if state.phase not in ("starting", "ready"):
         return state, actions
     if state.phase == "starting":
-        state, actions = _on_start_line(state, event.text, env, now)
+        state = replace(state, last_line=event.text)
+        if is_progress(event.text, False):
+            state = replace(state, progress_at=now)
     if state.phase == "starting" and READY_LINE in event.text and not state.ready_line:
         state = replace(state, ready_line=True)
         if not env.health.enabled:  # no HTTP probing at all: the line alone says ready

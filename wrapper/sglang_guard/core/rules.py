@@ -35,6 +35,7 @@ from sglang_guard.core.rulepack import (
     number,
     parse_pack,
 )
+from sglang_guard.core.stages import MARKERS, last_stage
 from sglang_guard.errors import ConfigError
 
 __all__ = [
@@ -75,7 +76,7 @@ class Fix:
     flag: str | None
     old_value: str | None
     new_value: str | None
-    diagnosis: str = ""  # the rule's reason with the line's named groups filled in
+    diagnosis: str = ""  # the rule's reason with the line's named groups filled in (first_fix)
 
 
 # --- matching ------------------------------------------------------------------------------
@@ -114,6 +115,9 @@ class Matcher:
             self._free.Add(f"{QUOTE_LEAD}(?:{rule.pattern})")
             self._start.Add(f"(?:{rule.pattern})")
             self._block.Add("(?m)" + rule.pattern)
+        # The start-up stage markers share the scan (after the rules): the stall watch.
+        for _, _, marker in MARKERS:
+            self._block.Add(marker)
         # Non-fatal rules (notes `explain` shows; they never act) read every line as it is.
         self._notes = re2.Set.SearchSet(RE2_OPTIONS)
         self._note_ids = tuple(i for i, r in enumerate(self.rules) if not r.fatal)
@@ -128,7 +132,16 @@ class Matcher:
 
     def might_match(self, block: bytes) -> bool:
         """False only when no line of `block` (UTF-8 lines joined by newlines) can match."""
-        return bool(self.rules) and bool(self._block.Match(block))
+        return self.scan(block)[0]
+
+    def scan(self, block: bytes) -> tuple[bool, str | None]:
+        """One pass over `block`: might a line match a rule, and the last stage it starts."""
+        hits = self._block.Match(block)
+        if not hits:
+            return False, None
+        n = len(self.rules)
+        markers = [i - n for i in hits if i >= n]
+        return len(markers) < len(hits), last_stage(block, markers) if markers else None
 
     def candidates(self, line: str) -> tuple[Rule, ...]:
         """The rules whose pattern matches `line` (fatal ones: its error text), in pack order."""
@@ -260,6 +273,6 @@ def first_fix(
             continue
         if chosen is None:
             chosen = plan_fix(rule, ctx)
-    if chosen is not None and "{" in chosen.rule.reason:
+    if chosen is not None:
         chosen = replace(chosen, diagnosis=matcher.diagnose(chosen.rule, line))
     return chosen, tuple(exhausted)

@@ -14,34 +14,32 @@ from dataclasses import dataclass
 # named stage: imports, argument resolution, process start-up, the steps between stages.
 STAGES = ("init", "dist_init", "weights", "cuda_graph", "warmup")
 
-# (stage entered, marker), each read from SGLang 0.5.23's source (site-packages paths):
-MARKERS: tuple[tuple[str, str], ...] = (
-    ("dist_init", r"Init parallel begin\."),  # srt/distributed/bootstrap.py:115
-    ("init", r"Init parallel ends\."),  # srt/distributed/bootstrap.py:190
-    ("weights", r"Load weight begin\."),  # srt/model_executor/model_runner.py:1274
-    ("init", r"Load weight end\."),  # srt/model_executor/model_runner.py:1373
+# (stage entered, a literal the marker holds, the marker as an RE2 pattern), each read from
+# SGLang 0.5.23's source (site-packages paths). The rule prefilter's RE2 set scans for the
+# patterns in the same pass (core/rules.Matcher.scan); the literal places the last one.
+MARKERS: tuple[tuple[str, str, str], ...] = (
+    # srt/distributed/bootstrap.py:115 and :190
+    ("dist_init", "Init parallel begin.", r"Init parallel begin\."),
+    ("init", "Init parallel ends.", r"Init parallel ends\."),
+    # srt/model_executor/model_runner.py:1274 and :1373
+    ("weights", "Load weight begin.", r"Load weight begin\."),
+    ("init", "Load weight end.", r"Load weight end\."),
     # "Capture {role} prefill CUDA graph begin." and "Capture {role} decode {cuda graph}
     # begin." (srt/model_executor/model_runner_components/cuda_graph_setup.py:685, :759)
-    ("cuda_graph", r"Capture [^.]*(?i:graph) begin\."),
-    ("init", r"Capture [^.]*(?i:graph) end\."),  # cuda_graph_setup.py:696, :788
+    ("cuda_graph", "graph begin.", r"Capture [^.\n]*(?i:graph) begin\."),
+    ("init", "graph end.", r"Capture [^.\n]*(?i:graph) end\."),  # cuda_graph_setup.py:696, :788
     # uvicorn's "Uvicorn running on http://..." once the HTTP server is bound; SGLang's
     # warm-up request follows (srt/entrypoints/http_server.py:2600 ends it: ready to roll).
-    ("warmup", r"Uvicorn running on "),
+    ("warmup", "Uvicorn running on ", r"Uvicorn running on "),
 )
-_MARKER = re.compile("|".join(f"(?P<s{i}>{m})" for i, (_, m) in enumerate(MARKERS)))
+_LITERALS = tuple(literal.encode() for _, literal, _ in MARKERS)
 # SGLang's record prefix (srt/utils/common.py:2630): its own lines, not a library's.
 _RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [^\]]*)?\] ")
 
 
-def stage_of(line: str) -> str | None:
-    """The stage a line of SGLang's own starts, or None."""
-    record = _RECORD.match(line)
-    if record is None:
-        return None
-    found = _MARKER.search(line, record.end())
-    if found is None or found.lastgroup is None:
-        return None
-    return MARKERS[int(found.lastgroup[1:])][0]
+def last_stage(block: bytes, found: list[int]) -> str:
+    """Of the markers `found` (indices into MARKERS) in `block`, the stage of the last one."""
+    return max((block.rfind(_LITERALS[i]), MARKERS[i][0]) for i in found)[1]
 
 
 def is_progress(tail: str, bar: bool) -> bool:

@@ -37,6 +37,7 @@ from sglang_guard.core.actions import (
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.events import (
     ChildOutput,
+    ChildStage,
     CommandChanged,
     Event,
     HealthResult,
@@ -201,10 +202,21 @@ class Supervisor:
 
     # -- actions ---------------------------------------------------------------------------
 
-    def _interesting(self, block: bytes) -> bool:
-        """Reader threads ask this per chunk: can any of these lines matter to the machine?"""
-        text = clean_block(block)
-        return _READY in text or self.rt.env.matcher.might_match(text)
+    def _prefilter(self, gen: int) -> Callable[[bytes], bool]:
+        """Reader threads ask this per chunk: can any of these lines matter to the machine?
+
+        The same RE2 pass finds the start-up stage markers; a stage is put on the queue
+        directly, so a marker line costs no per-line work.
+        """
+
+        def interesting(block: bytes) -> bool:
+            text = clean_block(block)
+            rule, stage = self.rt.env.matcher.scan(text)
+            if stage is not None and self.state.phase == "starting":
+                self.events.put(ChildStage(gen, stage))
+            return rule or _READY in text
+
+        return interesting
 
     def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
         """Reader threads call this per chunk: while starting, progress evidence for the machine."""
@@ -231,7 +243,7 @@ class Supervisor:
         argv = [*self.rt.launch, *action.argv]
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
-                                 env=self.rt.child_env, prefilter=self._interesting,
+                                 env=self.rt.child_env, prefilter=self._prefilter(action.gen),
                                  on_chunk=self._chunk_watcher(action.gen))
         with contextlib.suppress(OSError):  # only orphan clean-up after a SIGKILLed guard needs it
             self._write_pidfile(self.child.pgid, [])
