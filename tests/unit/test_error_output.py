@@ -212,3 +212,11 @@ def test_environment_failure_is_one_launch_and_exit_69(line: str, rule: str,
     assert not [a for a in actions if isinstance(a, Spawn)]
     assert all(n in exits[0].reason for n in names)
     assert state.phase == "done" and state.gen == 1
+
+
+@pytest.mark.parametrize("text", FATAL_TEXTS)
+def test_the_prefilter_passes_every_fatal_line_and_skips_requests(text: str) -> None:
+    """The block prefilter is a superset of the matcher, and near-miss lines cost nothing."""
+    assert MATCHER.scan(clean(text.encode(), 65536).encode() + b"\n")[0], text
+    for line in quoting(text)[:7]:  # requests, the OpenAI record, access lines
+        assert not MATCHER.scan(line.encode() + b"\n")[0], line

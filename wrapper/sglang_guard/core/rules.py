@@ -85,6 +85,13 @@ class Fix:
 # whole quoted strings ('...' or "...", as Python's repr writes them). Anchored at the start
 # of the text; RE2 keeps it linear.
 QUOTE_LEAD = r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*?"""
+# The prefilter's lead, per line of a block: a superset of what `error_text` lets a rule
+# read -- an SGLang record's message start (or its ERROR: text), or a line that starts with
+# a letter or "- " (exception lines, argparse, a bare ERROR:). Indented traceback source,
+# warnings ("/path.py:71: UserWarning"), logged requests and access lines never pass it,
+# so those near-miss lines cost no per-line work.
+BLOCK_LEAD = (r"(?m)^(?:\[\d{4}-\d\d-\d\d [^\]\n]*\] (?:(?:ERROR|CRITICAL):[^\n]*?)?"
+              r"|(?:- )?(?:[A-Za-z_][^\n]*?)?)")
 
 
 class Matcher:
@@ -108,13 +115,13 @@ class Matcher:
         # matches at the start only (a plain SGLang record, whose level is not printed).
         self._free = re2.Set.MatchSet(RE2_OPTIONS)
         self._start = re2.Set.MatchSet(RE2_OPTIONS)
-        # The raw patterns over a block of many lines: (?m) lets ^ and $ match at every
-        # line, so a block that matches nothing holds no line that would (a superset test).
+        # The patterns over a block of many lines, each behind BLOCK_LEAD: a block that
+        # matches nothing holds no line that would (a superset test).
         self._block = re2.Set.SearchSet(RE2_OPTIONS)
         for rule in self.rules:
             self._free.Add(f"{QUOTE_LEAD}(?:{rule.pattern})")
             self._start.Add(f"(?:{rule.pattern})")
-            self._block.Add("(?m)" + rule.pattern)
+            self._block.Add(f"{BLOCK_LEAD}(?:{rule.pattern})")
         # The start-up stage markers share the scan (after the rules): the stall watch.
         for _, _, marker in MARKERS:
             self._block.Add(marker)
