@@ -14,6 +14,7 @@ from sglang_guard.core.arch import (
     parse_arch_table,
 )
 from sglang_guard.errors import ConfigError
+from sglang_guard.shell.modelprobe import arch_table
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +159,17 @@ def test_parse_good_table() -> None:
     t = parse_arch_table(GOOD, "arch.toml")
     assert classify(t, ["A"], {}) == "mla"
     assert classify(t, ["B"], {}) == "mha"
+
+
+# --- another release's lists ---------------------------------------------------------------
+
+
+def test_an_architecture_added_after_a_release_is_mha_there() -> None:
+    new, old = arch_table("0.5.23"), arch_table("0.5.18")
+    assert classify(new, ["GigaChat35ForCausalLM"], {}) == "mla"
+    assert classify(old, ["GigaChat35ForCausalLM"], {}) == "mha"  # not in 0.5.18's list
+    assert classify(old, ["DeepseekV3ForCausalLM"], {}) == "mla"
+    # A conditional entry keeps its condition where that release has it.
+    assert classify(old, ["DeepseekVL2ForCausalLM"], {"use_mla": False}) == "mha"
+    assert classify(old, ["DeepseekVL2ForCausalLM"], {}) == "mla"
+    assert old.sglang_version == "0.5.18"

@@ -10,8 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from sglang_guard.core.logline import clean
+from sglang_guard.core.releases import known_releases, load_release
 from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix, load_default_pack
 from sglang_guard.resources import config_path
 
@@ -78,22 +81,66 @@ def test_reference_log_before_the_failure_is_healthy() -> None:
     assert hits == [(len(lines) - 1, ["cutedsl-mla-requires-sm100"])]
 
 
+def _releases_of(rule: Rule) -> list[str]:
+    """The shipped releases a rule may act on (its `when.sglang`, else every one)."""
+    spec = SpecifierSet(rule.conditions.sglang or "")
+    return [v for v in known_releases() if spec.contains(v, prereleases=True)]
+
+
 @pytest.mark.parametrize("rule", PACK.rules, ids=lambda r: r.id)
-def test_flags_and_values_exist_in_sglang_0_5_23(rule: Rule) -> None:
-    names = list(rule.flags) + [f for f, _ in rule.conditions.flags]
-    for flag in names:
-        assert flag in OPTIONS, f"{flag} is not a canonical 0.5.23 flag"
-    choices = [OPTIONS[f]["choices"] for f in rule.flags if OPTIONS[f]["choices"]]
-    for allowed in choices:
+def test_flags_and_values_exist_in_a_release_the_rule_covers(rule: Rule) -> None:
+    """Each flag a rule names exists (exactly) in a release the rule covers, with its values."""
+    releases = _releases_of(rule)
+    assert releases, f"{rule.id}: no shipped release in {rule.conditions.sglang}"
+    tables = [load_release(v).options for v in releases]
+    for flag in list(rule.flags) + [f for f, _ in rule.conditions.flags]:
+        having = [t for t in tables if flag in t.by_string]
+        assert having, f"{flag} is in no release of {rule.id}'s range"
+        if flag not in rule.flags:
+            continue
         for value in [*(rule.values or ()), rule.new_value or ""]:
             if value and not value.startswith("scale:"):
-                assert value in allowed, f"{value} not a 0.5.23 choice of {rule.flags}"
+                assert any(t.by_string[flag].choices is None
+                           or value in (t.by_string[flag].choices or ()) for t in having), (
+                    f"{value} is a choice of {flag} in no release of {rule.id}'s range")
 
 
-def test_deprecated_and_ambiguous_flags_are_not_used() -> None:
-    used = {f for r in PACK.rules for f in r.flags}
-    assert "--cuda-graph-max-bs" not in used  # an ambiguous prefix in 0.5.23
-    assert "--disable-cuda-graph" not in used  # deprecated in 0.5.23
+def _ladder(version: str) -> list[tuple[str, str | None, str | None]]:
+    """The fixes the pack makes, one after another, for a CUDA-graph capture OOM on `version`."""
+    table = load_release(version).options
+    line = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate "
+            "2.00 GiB")
+    flags: dict[str, str | None] = {}
+    fired: dict[str, int] = {}
+    steps = []
+    while True:
+        fix = first_fix(MATCHER, line, MatchContext(flags, "unknown", None, version, table),
+                        fired)[0]
+        if fix is None or fix.flag is None:
+            return steps
+        steps.append((fix.rule.id, fix.flag, fix.new_value))
+        fired[fix.rule.id] = fired.get(fix.rule.id, 0) + 1
+        flags[fix.flag] = fix.new_value
+
+
+@pytest.mark.parametrize("version", ["0.5.10", "0.5.12", "0.5.13", "0.5.18", "0.5.23"])
+def test_the_oom_ladder_uses_only_flags_the_release_accepts(version: str) -> None:
+    """Each rung is a flag (and value) the running release's parser takes; the ladder ends
+    with CUDA graphs off in that release's own spelling."""
+    table = load_release(version).options
+    steps = _ladder(version)
+    assert steps, version
+    for _, flag, value in steps:
+        assert flag in table.by_string, (version, flag)
+        choices = table.by_string[flag].choices
+        assert value is None or choices is None or value in choices, (version, flag, value)
+    last = steps[-1][1:]
+    old = Version(version) < Version("0.5.14")
+    assert last == (("--disable-cuda-graph", None) if old
+                    else ("--cuda-graph-backend-decode", "disabled")), (version, steps)
+    # 0.5.23 never gets the ambiguous prefix or the deprecated switch.
+    if version == "0.5.23":
+        assert {f for _, f, _ in steps}.isdisjoint({"--cuda-graph-max-bs", "--disable-cuda-graph"})
 
 
 def _ctx(flags: dict[str, str | None], sm: int | None = None) -> MatchContext:

@@ -581,3 +581,52 @@ def test_a_reloaded_env_applies_to_new_lines() -> None:
     run.start()
     run.env = replace(run.env, matcher=Matcher([]))
     assert run.line(FA3_LINE) == []
+
+
+# --- the parser rejects the guard's own edit ------------------------------------------------
+
+UNDO_PACK = parse_pack(
+    """
+[pack]
+name = "u"
+sglang_versions = ">=0.5.1"
+
+[[rules]]
+id = "kv-fix"
+pattern = 'KV pool too small'
+action = "set_flag"
+flags = ["--kv-cache-dtype"]
+new_value = "fp8_e4m3"
+
+[[rules]]
+id = "undo"
+pattern = 'error: argument --[a-z-]+: invalid choice: '
+action = "undo_guard_edit"
+priority = 10
+""",
+    "u.toml",
+)
+REJECT = ("launch_server.py: error: argument --kv-cache-dtype: invalid choice: 'fp8_e4m3' "
+          "(choose from 'auto', 'fp8_e5m2')")
+
+
+def test_a_parser_rejection_of_the_guards_own_edit_restores_the_line_before_it() -> None:
+    run = Run(env=replace(make_env(), matcher=Matcher([UNDO_PACK])))
+    run.start()
+    first = run.state.cl
+    run.line("RuntimeError: KV pool too small")
+    run.exited(1)
+    assert run.state.cl.argv[-2:] == ("--kv-cache-dtype", "fp8_e4m3")
+    acts = run.line(REJECT)
+    rec = record(acts, "remediated")
+    assert (rec["rule"], rec["action"], rec["flag"]) == ("undo", "undo", "--kv-cache-dtype")
+    spawn = only(run.exited(2), Spawn)
+    assert spawn.argv == first.argv  # back to the command line before the guard's fix
+    # The fix that caused it has used its budget: the same line does not repeat it.
+    assert run.state.fired["kv-fix"] == 1
+
+
+def test_a_parser_rejection_the_guard_did_not_cause_undoes_nothing() -> None:
+    run = Run(env=replace(make_env(), matcher=Matcher([UNDO_PACK])))
+    run.start()
+    assert events_of(run.line(REJECT)) == []  # the user's own flag: no undo, no fix

@@ -115,9 +115,20 @@ def test_unknown_backend_name(options: OptionTable, compat: CompatTable) -> None
 
 
 def test_other_parse_problems_are_warnings(options: OptionTable, compat: CompatTable) -> None:
-    d = _run(options, compat, [*BASE, "--cuda-graph-max-bs", "8"])
+    d = _run(options, compat, [*BASE, "--enable-dp"])
     assert any("ambiguous option" in w for w in d.warnings)
     assert d.verdict == "ok"
+
+
+def test_a_flag_the_release_renamed_gets_its_new_spelling(options: OptionTable,
+                                                          compat: CompatTable) -> None:
+    # Ambiguous in 0.5.23 (issue 11): SGLang 0.5.20 renamed it, the value is kept.
+    d = _run(options, compat, [*BASE, "--cuda-graph-max-bs", "8"])
+    assert d.verdict == "remediated"
+    assert d.argv_out[-2:] == ("--cuda-graph-max-bs-decode", "8")
+    (f,) = d.findings
+    assert (f.flag, f.value, f.action, f.kind) == ("--cuda-graph-max-bs", "8", "rewrite", "renamed")
+    assert not any("ambiguous" in w for w in d.warnings)
 
 
 def test_non_fatal_problem_is_a_warning(options: OptionTable, compat: CompatTable) -> None:

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 import pytest
 
 from sglang_guard.core.logline import clean
+from sglang_guard.core.options import OptionTable
+from sglang_guard.core.options import parse_table as parse_option_table
 from sglang_guard.core.rules import (
     MatchContext,
     Matcher,
@@ -485,3 +487,49 @@ def test_clean_is_fast_enough_for_every_line() -> None:
         clean(line, 4096)
     rate = n / (time.perf_counter() - start)
     assert rate > 100_000, f"{rate:.0f} lines/s"
+
+
+# --- fixes the running release's parser would take ----------------------------------------
+
+
+def _release(*options: dict[str, object]) -> OptionTable:
+    """A small parser table, as a release's dump would give it."""
+    base = {"dest": "", "action": "store", "nargs": None, "choices": None,
+            "store_true": False, "yaml": "value"}
+    rows = [{**base, **o, "dest": str(o["strings"][0]).lstrip("-").replace("-", "_")}  # type: ignore[index]
+            for o in options]
+    return parse_option_table({"sglang_version": "0.5.12", "options": rows}, "t.json")
+
+
+OLD_RELEASE = _release({"strings": ["--cuda-graph-max-bs"]},
+                       {"strings": ["--disable-cuda-graph"], "nargs": 0, "store_true": True,
+                        "action": "store_true"},
+                       {"strings": ["--kv-cache-dtype"], "choices": ["auto", "fp8_e4m3"]})
+BS_LADDER = ('id = "bs"\npattern = "OOM"\naction = "set_flag"\n'
+          'flags = ["--cuda-graph-max-bs-decode", "--cuda-graph-max-bs"]\n'
+          'new_value = "scale:0.5"\ndefault = "32"\n')
+
+
+def test_a_flag_the_release_lacks_is_never_set_its_other_spelling_is() -> None:
+    r = rule(BS_LADDER)
+    fix = plan_fix(r, MatchContext({}, "unknown", None, "0.5.12", OLD_RELEASE))
+    assert fix is not None and (fix.flag, fix.new_value) == ("--cuda-graph-max-bs", "16")
+    # Without a table (an unknown parser) the first spelling is used, as before.
+    fix = plan_fix(r, ctx())
+    assert fix is not None and fix.flag == "--cuda-graph-max-bs-decode"
+
+
+def test_a_value_outside_the_release_choices_is_never_planned_the_next_rule_is() -> None:
+    p = pack('[[rules]]\nid = "kv4"\npattern = "KV"\naction = "set_flag"\n'
+             'flags = ["--kv-cache-dtype"]\nnew_value = "fp4_e2m1"\npriority = 1\n'
+             '[[rules]]\nid = "off"\npattern = "KV"\naction = "set_flag"\n'
+             'flags = ["--disable-cuda-graph"]\n')
+    line = "ValueError: KV"  # an exception line: what a rule reads (issue 12)
+    fix, _ = first_fix(Matcher([p]), line, MatchContext({}, "unknown", None, "0.5.12",
+                                                        OLD_RELEASE), {})
+    assert fix is not None and (fix.rule.id, fix.flag, fix.new_value) == (
+        "off", "--disable-cuda-graph", None)
+    # A release without either flag: nothing is planned at all.
+    bare = _release({"strings": ["--port"]})
+    assert first_fix(Matcher([p]), line, MatchContext({}, "unknown", None, "9", bare), {})[0] \
+        is None

@@ -94,20 +94,30 @@ def main() -> None:
 @_common
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option("--state-dir", default=None, help="Where derived SGLang YAML files are named.")
+@click.option("--sglang-version", default=None, metavar="V",
+              help="Decide for this SGLang release (default: --python's, else the newest table).")
+@click.option("--python", "python", default=None, metavar="PATH",
+              help="Read the SGLang release from this interpreter's installed package.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @guarded
 def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as_json: bool,
-          state_dir: str | None, args: tuple[str, ...]) -> None:
+          state_dir: str | None, sglang_version: str | None, python: str | None,
+          args: tuple[str, ...]) -> None:
     """Show what preflight decides for an SGLang command line, without launching.
 
     Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
     """
     from sglang_guard.shell.inputs import default_state_dir, prepare  # noqa: PLC0415
+    from sglang_guard.shell.whichrelease import resolve_release  # noqa: PLC0415
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
+    release = resolve_release(
+        version=sglang_version or cfg.sglang.version,
+        version_source="--sglang-version" if sglang_version else "[sglang] version",
+        python=python or cfg.sglang.python)
     prepared = prepare(cfg.gpu_sm, cfg.policy, sglang_args(cfg, args),
-                       state_dir or cfg.state_dir or default_state_dir())
+                       state_dir or cfg.state_dir or default_state_dir(), release)
     decision, inputs = prepared.decision, prepared.inputs
     assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
     if as_json:

@@ -29,7 +29,9 @@ def decision_json(decision: Decision, inputs: Inputs) -> dict[str, Any]:
             "path": draft.path, "architectures": list(draft.architectures),
             "attention_arch": draft.attention_arch},
         "gpu": {"sm": gpu.sm, "name": gpu.name, "source": gpu.source},
-        "sglang_version": inputs.options.sglang_version,
+        "sglang_version": inputs.release.version,
+        "sglang_version_source": inputs.release.source,
+        "sglang_table": inputs.release.tables.release,
         "findings": [f.as_dict() for f in decision.findings],
         "warnings": list(decision.warnings),
     }
@@ -47,6 +49,9 @@ def render_decision(decision: Decision, inputs: Inputs) -> str:
     gpu_text = {"none": "none (no GPU on this host)", "unknown": "unknown"}.get(
         gpu.source, f"SM{gpu.sm}" + (f" ({gpu.name})" if gpu.name else ""))
     lines.append(f"gpu       {gpu_text}")
+    rel = inputs.release
+    table_note = "" if rel.tables.release == rel.version else f", table {rel.tables.release}"
+    lines.append(f"sglang    {rel.version} ({rel.source}{table_note})")
     for w in decision.warnings:  # parse problems quote the user's tokens, secrets included
         lines.append(f"warning   {redact_text(w)}")
     if not decision.findings:

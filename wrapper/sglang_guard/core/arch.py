@@ -8,7 +8,7 @@ text config. This module only evaluates it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, cast
 
 from sglang_guard.core.facts import AttentionArch
@@ -98,6 +98,30 @@ def classify(
         if rule.matches(architectures, text_fields):
             return rule.arch
     return table.default
+
+
+def for_release(table: ArchTable, release: str, *, mla: Sequence[str],
+                mla_conditional: Sequence[str], mha: Sequence[str], ssm: Sequence[str],
+                draft_renames: Mapping[str, str]) -> ArchTable:
+    """`table` (read from one release) as another release's model_config.py lists have it.
+
+    A name keeps its rule only where that release's list has it; a name that release lists
+    as MLA without a condition gets an unconditional rule (Pixtral was MLA outright in 0.5.10);
+    anything else falls to the default (MHA), as SGLang's own lists do.
+    """
+    lists = {"mla": set(mla) | set(mla_conditional), "mha": set(mha), "ssm": set(ssm)}
+    rules = []
+    for rule in table.rules:
+        names = rule.any_of & lists[rule.arch]
+        if rule.arch == "mla" and rule.field is not None:
+            names &= set(mla_conditional)
+        if names:
+            rules.append(replace(rule, any_of=frozenset(names)))
+    covered = {n for r in rules if r.arch == "mla" and r.field is None for n in r.any_of}
+    extra = set(mla) - covered
+    if extra:
+        rules.insert(0, ArchRule("mla", frozenset(extra), lines=f"{release} model_config.py"))
+    return ArchTable(release, tuple(rules), dict(draft_renames), table.default)
 
 
 def load_default_arch_table() -> ArchTable:

@@ -5,8 +5,11 @@ Checking a flag against it is `core/compat.py`; this module only reads and valid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
 
 from sglang_guard.core.tomlread import Table, is_kind
 from sglang_guard.resources import config_path
@@ -41,6 +44,8 @@ class Constraint:
     allowed: tuple[str, ...] = ()
     denied: tuple[str, ...] = ()
     platform: str | None = None
+    # The releases whose own source holds this check (PEP 440; tools/constraint_ranges.py).
+    sglang: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,7 @@ class Backend:
     models: str | None = None
     fill_prefill: str | None = None
     alias: Alias | None = None
+    sglang: str = ""  # the releases this entry is for ("": every release that has the name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +107,37 @@ class CompatTable:
     def backend(self, name: str) -> Backend | None:
         """The backend called `name`, or None."""
         return next((b for b in self.backends if b.name == name), None)
+
+    def for_release(self, release: str | None, names: tuple[str, ...] | None) -> CompatTable:
+        """This table as it holds for SGLang `release`, whose parser accepts `names`.
+
+        Only entries and constraints whose `sglang` range holds the release stay: a check
+        acts only on a release whose own source holds it. A name that release accepts but
+        the table has no entry for gets one without constraints (nothing known to check).
+        None (release unknown): the table as written.
+        """
+        if release is None:
+            return self
+        version = Version(release)
+        keep = [replace(b, constraints=tuple(c for c in b.constraints
+                                              if _holds(c.sglang, version)))
+                for b in self.backends if _holds(b.sglang, version)]
+        if names is not None:
+            known = {b.name for b in keep}
+            keep = [b for b in keep if b.name in names] + [
+                Backend(n, f"accepted by SGLang {release}; no constraint known", "any", ())
+                for n in names if n not in known]
+            present = {b.name for b in keep}
+            keep = [b if b.alias is None or b.alias.canonical in present
+                    else replace(b, alias=None) for b in keep]
+        prefs = tuple(replace(p, candidates=tuple(c for c in p.candidates
+                                                  if any(b.name == c for b in keep)))
+                      for p in self.preferences)
+        return replace(self, sglang_version=release, backends=tuple(keep), preferences=prefs)
+
+
+def _holds(spec: str, version: Version) -> bool:
+    return not spec or SpecifierSet(spec).contains(version, prereleases=True)
 
 
 # ------------------------------------------------------------------ parsing
@@ -138,12 +175,22 @@ def _constraint(t: Table) -> Constraint:
         allowed=t.strings("allowed") or (),
         denied=t.strings("denied") or (),
         platform=t.choice("platform", _PLATFORMS) if kind == "platform" else None,
+        sglang=_specifier(t, "sglang"),
     )
     if kind == "gpu" and not c.sms:
         raise t.fail("sms", "missing")
     if kind == "kv_cache_dtype" and not (c.allowed or c.denied):
         raise t.fail("allowed", "missing (or denied)")
     return c
+
+
+def _specifier(t: Table, key: str) -> str:
+    spec = t.text(key) or ""
+    try:
+        SpecifierSet(spec)
+    except InvalidSpecifier as exc:
+        raise t.fail(key, f"not a version specifier: {exc}") from None
+    return spec
 
 
 def _backend(t: Table, name: str) -> Backend:
@@ -167,6 +214,7 @@ def _backend(t: Table, name: str) -> Backend:
         models=t.text("models"),
         fill_prefill=t.text("fill_prefill"),
         alias=alias,
+        sglang=_specifier(t, "sglang"),
     )
 
 
@@ -224,8 +272,9 @@ def parse_table(text: str, path: str) -> CompatTable:
     table = CompatTable(
         sglang_version=meta.must("sglang_version"),
         sources=meta.strings("sources", required=True) or (),
-        backends=tuple(_backend(root.child(f"backends.{name}", t), name)
-                       for name, t in backends.data.items()),
+        # "name@0.5.22": another release's entry for the same name (see `sglang`).
+        backends=tuple(_backend(root.child(f"backends.{key}", t), key.split("@", 1)[0])
+                       for key, t in backends.data.items()),
         preferences=tuple(
             _preference_entry(root.child(f"rewrite_preference[{i}]", t))
             for i, t in enumerate(prefs)
@@ -240,7 +289,39 @@ def parse_table(text: str, path: str) -> CompatTable:
     return table
 
 
+_RAW: list[CompatTable] = []
+
+
+def load_raw_table() -> CompatTable:
+    """configs/backends.toml as written: every release's entries (read once per process)."""
+    if not _RAW:
+        path = config_path("backends.toml")
+        _RAW.append(parse_table(path.read_text(encoding="utf-8"), str(path)))
+    return _RAW[0]
+
+
 def load_default_table() -> CompatTable:
-    """The table shipped in configs/backends.toml (reads that one file)."""
-    path = config_path("backends.toml")
-    return parse_table(path.read_text(encoding="utf-8"), str(path))
+    """The table shipped in configs/backends.toml, as it holds for the release it was read from."""
+    table = load_raw_table()
+    return table.for_release(table.sglang_version, None)
+
+
+def confirmed_only(table: CompatTable, source: str | None) -> tuple[CompatTable, int, int]:
+    """For a release without a table of its own: a check whose message its installed source
+    (normalised, see core/msgsearch) does not hold may warn, never drop, rewrite or refuse.
+
+    Returns the table and (confirmed, total) counts; `source` None confirms nothing.
+    """
+    from sglang_guard.core.msgsearch import holds  # noqa: PLC0415
+
+    total = confirmed = 0
+    backends = []
+    for b in table.backends:
+        kept = []
+        for c in b.constraints:
+            total += 1
+            ok = source is not None and c.message is not None and holds(source, c.message)
+            confirmed += ok
+            kept.append(c if ok else replace(c, fatal=False))
+        backends.append(replace(b, constraints=tuple(kept)))
+    return replace(table, backends=tuple(backends)), confirmed, total

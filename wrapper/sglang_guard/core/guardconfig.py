@@ -44,6 +44,8 @@ class SglangSection:
     # e.g. ("sglang", "serve"); default: <python> -m sglang.launch_server
     launch: tuple[str, ...] = ()
     python: str | None = None
+    # The SGLang release that runs, for a `launch` command the guard cannot read it from.
+    version: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -107,6 +107,9 @@ class State:
     pending: Pending | None = None
     # What waits out SETTLE_S (with the line that triggered it).
     tentative: CatchAll | Refired | None = None
+    # The command line before the guard's last fix, and the flag that fix changed: SGLang's
+    # parser rejecting that flag undoes the fix (cleared once a launch is ready).
+    before_fix: tuple[CommandLine, str] | None = None
     # The start-up watch (core/stages.py): the stage SGLang is in, when it last made
     # progress (None: not since the spawn), the last line it printed, the live stall
     # timer's number, and what was seen when the start stalled (for /startupz).
@@ -201,7 +204,8 @@ def _on_command_changed(state: State, event: CommandChanged, env: Env
 
 def _ctx(state: State, env: Env) -> MatchContext:
     phase = "running" if state.phase == "ready" else "start"
-    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version, phase)
+    return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version, env.options,
+                        state.before_fix[1] if state.before_fix else None, phase=phase)
 
 
 # --- the start-up watch ---------------------------------------------------------------------
@@ -339,6 +343,16 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
         pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {rule.reason}")
         new, actions = _stop(state, pending, f"rule {rule.id}")
         return new, [Journal({"event": "give_up.planned", **base, "reason": rule.reason}), *actions]
+    if fix.action == "undo_guard_edit" and state.before_fix is not None:
+        before, flag = state.before_fix
+        journal = Journal({"event": "remediated", **base, "flag": flag, "action": "undo",
+                           "reason": f"SGLang {env.sglang_version or ''} rejects the guard's own "
+                                     f"change of {flag}; restoring the command line before it",
+                           "argv_before": redact_argv(state.cl.argv, env.options),
+                           "argv_after": redact_argv(before.argv, env.options)})
+        pending = Pending("restart", cl=before, reason="undo guard edit")
+        new, actions = _stop(replace(state, before_fix=None), pending, f"rule {rule.id}")
+        return new, [journal, *actions]
     if fix.action == "restart":
         pending = Pending("restart", cl=state.cl, failure=True, reason=rule.reason)
         new, actions = _stop(state, pending, f"rule {rule.id}")
@@ -358,6 +372,7 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
     })
     status = Notify(status=f"remediated {fix.flag} ({rule.id}), restarting")
     pending = Pending("restart", cl=new_cl, reason=rule.reason)
+    state = replace(state, before_fix=(state.cl, fix.flag or ""))
     new, actions = _stop(state, pending, f"rule {rule.id}")
     return new, [journal, status, *actions]
 
@@ -382,7 +397,7 @@ def _repeat(state: State, rule_id: str, line: str, env: Env, actions: list[Actio
 
 
 def _ready(state: State, env: Env) -> tuple[State, list[Action]]:
-    new = replace(state, phase="ready", last_ready=state.cl)
+    new = replace(state, phase="ready", last_ready=state.cl, before_fix=None)
     return new, [
         Journal({"event": "ready", "gen": state.gen,
                  "argv": redact_argv(state.cl.argv, env.options)}),

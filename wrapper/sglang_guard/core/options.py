@@ -123,11 +123,22 @@ _CACHE: dict[str, OptionTable] = {}
 
 
 def load_option_table(version: str = "0.5.23") -> OptionTable:
-    """The shipped dump of SGLang `version`'s parser (read once per process)."""
+    """The shipped table of SGLang `version`'s parser (read once per process): the argparse
+    dump where one is shipped (0.5.23), else the table generated from the release's wheel."""
     from sglang_guard.resources import config_path  # noqa: PLC0415 - keeps core import-light
 
     if version not in _CACHE:
         path = config_path("sglang", f"options-{version}.json")
+        if not path.exists():  # every other release: the generated per-release tables
+            from sglang_guard.core.releases import load_release  # noqa: PLC0415 - cycle
+
+            release = load_release(version)
+            if not release.exact:
+                raise ConfigError(
+                    str(path), None, f"cannot read the SGLang option table: none for {version}"
+                )
+            _CACHE[version] = release.options
+            return _CACHE[version]
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:

@@ -16,6 +16,8 @@ from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.renames import RenameFinding
+from sglang_guard.core.spelling import new_tokens, respell
 
 Action = Literal["drop", "rewrite", "refuse", "warn"]
 Verdict = Literal["ok", "remediated", "refused"]
@@ -69,8 +71,14 @@ def preflight(
     """Check every backend flag of `cl` and apply the policy."""
     warnings = [w for w in (model.warning, draft.warning if draft else None, gpu.warning) if w]
     warnings += list(gpu.notes)
+    original = cl
+    spelled = respell(cl, options, policy)  # the release's own spelling of renamed flags
+    cl = spelled.cl
+    warnings += list(spelled.warnings)
+    findings: list[Finding] = [_renamed(f, "refuse") for f in spelled.refused]
+    findings += [_renamed(f, "drop" if f.action == "drop" else "rewrite")
+                 for f in spelled.changes]
     kv_dtype = cl.value("kv_cache_dtype")
-    findings: list[Finding] = []
     edits: list[Edit] = []
     for flag in BACKEND_FLAGS:
         dest = options.spec(flag).dest
@@ -99,17 +107,24 @@ def preflight(
     verdict: Verdict = "ok"
     if any(f.action == "refuse" for f in findings):
         verdict = "refused"
-    elif result.argv != cl.argv or result.derived_yaml is not None:
+    elif result.argv != original.argv or result.derived_yaml is not None:
         verdict = "remediated"
     return Decision(
         verdict=verdict,
-        argv_in=cl.argv,
-        argv_out=cl.argv if verdict == "refused" else result.argv,
+        argv_in=original.argv,
+        argv_out=original.argv if verdict == "refused" else result.argv,
         findings=tuple(findings),
         derived_yaml=None if verdict == "refused" else result.derived_yaml,
         derived_path=None if verdict == "refused" else result.derived_path,
         warnings=tuple(dict.fromkeys(warnings)),
     )
+
+
+def _renamed(f: RenameFinding, action: Action) -> Finding:
+    """A rename (or removal) the release made, as a finding."""
+    new = " ".join(new_tokens(f)) or None
+    return Finding(flag=f.flag, value=f.value, action=action, new_value=new, reason=f.reason,
+                   kind="renamed" if f.action == "rename" else "removed", source=f.source)
 
 
 def _sm(gpu: GpuFacts) -> int | None:

@@ -22,7 +22,8 @@ from sglang_guard.resources import config_path
 # "environment": give up at once with EXIT_ENVIRONMENT: a broken install (a kernel library
 # built for another torch, a CUDA library missing, a GPU the build has no code for) that no
 # restart and no flag fixes.
-ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "environment")
+ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit",
+           "environment")
 FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 SCALE = "scale:"
 # When a rule acts: before SGLang is ready ("start", the default: most failures are a start

@@ -21,6 +21,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglang_guard.core.logline import error_text
+from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rulepack import (
     ACTIONS,
     FLAG_ACTIONS,
@@ -64,6 +65,11 @@ class MatchContext:
     arch: str
     sm: int | None
     sglang_version: str | None
+    # The parser of the release that runs: a fix it would reject (an option that release
+    # lacks, a value outside its choices) is never planned; the next rule is tried instead.
+    options: OptionTable | None = None
+    # The flag the guard's own last fix changed (None: no fix since the last ready launch).
+    last_edit_flag: str | None = None
     phase: str = "start"  # "start" before SGLang is ready, "running" after
 
 
@@ -240,6 +246,8 @@ def plan_fix(rule: Rule, ctx: MatchContext) -> Fix | None:
     if rule.action not in FLAG_ACTIONS:
         return Fix(rule, rule.action, None, None, None)
     for flag in rule.flags:
+        if not _release_has(ctx.options, flag):
+            continue
         present = flag in ctx.flags
         old = ctx.flags.get(flag)
         if present and rule.values is not None and old not in rule.values:
@@ -257,8 +265,23 @@ def plan_fix(rule: Rule, ctx: MatchContext) -> Fix | None:
                 continue
         if present and new == old:
             continue  # already so: this fix would change nothing
+        if not _release_accepts(ctx.options, flag, new):
+            continue
         return Fix(rule, rule.action, flag, old if present else None, new)
     return None
+
+
+def _release_has(options: OptionTable | None, flag: str) -> bool:
+    """True if the running release's parser knows `flag` exactly (or no table is known)."""
+    return options is None or flag in options.by_string
+
+
+def _release_accepts(options: OptionTable | None, flag: str, value: str | None) -> bool:
+    """True if that parser would take `flag value` (a choice it lists, or any value)."""
+    if options is None or value is None:
+        return True
+    choices = options.by_string[flag].choices
+    return choices is None or value in choices
 
 
 def first_fix(
@@ -279,7 +302,16 @@ def first_fix(
                 exhausted.append(rule)
             continue
         if chosen is None:
-            chosen = plan_fix(rule, ctx)
+            chosen = _undo(rule, ctx, line) if rule.action == "undo_guard_edit" \
+                else plan_fix(rule, ctx)
     if chosen is not None:
         chosen = replace(chosen, diagnosis=matcher.diagnose(chosen.rule, line))
     return chosen, tuple(exhausted)
+
+
+def _undo(rule: Rule, ctx: MatchContext, line: str) -> Fix | None:
+    """Undo the guard's last fix when the parser's rejection names the flag it changed."""
+    flag = ctx.last_edit_flag
+    if flag is None or not _conditions_hold(rule.conditions, ctx) or flag not in line:
+        return None
+    return Fix(rule, "undo_guard_edit", flag, ctx.flags.get(flag), None)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sglang_guard.core.argv import CommandLine, find_config_path, parse_command_line
-from sglang_guard.core.compat import CompatTable, load_default_table
+from sglang_guard.core.compat import CompatTable
+from sglang_guard.core.compat_table import confirmed_only, load_raw_table
 from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable, load_option_table
@@ -18,6 +19,10 @@ from sglang_guard.errors import GuardError, InputError
 from sglang_guard.shell.files import read_user_text
 from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.modelprobe import resolve_model
+from sglang_guard.shell.whichrelease import Release
+
+# The option lists that name attention backends (their union is what a release accepts).
+BACKEND_CHOICES = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +35,8 @@ class Inputs:
     model: ModelFacts
     draft: ModelFacts | None
     gpu: GpuFacts
+    release: Release
+    notes: tuple[str, ...] = ()  # what preflight should say about the release
 
 
 def load_yaml(path: str) -> dict[str, Any]:
@@ -57,17 +64,33 @@ def read_command_line(argv: Sequence[str], options: OptionTable | None = None) -
     return parse_command_line(tuple(argv), options, load_yaml(config) if config else None)
 
 
-def gather(argv: Sequence[str], gpu_sm: str, *, isolate: bool = False) -> Inputs:
+def compat_for(release: Release) -> tuple[CompatTable, tuple[str, ...]]:
+    """The backend table as it holds for `release`, and a line about it when it has no table."""
+    tables = release.tables
+    names = tuple(dict.fromkeys(
+        name for dest in BACKEND_CHOICES for name in tables.choices.get(dest, ())))
+    compat = load_raw_table().for_release(tables.release, names or None)
+    if tables.origin == "shipped":
+        return compat, ()
+    compat, confirmed, total = confirmed_only(compat, release.source_text())
+    return compat, (f"SGLang {tables.requested}: not in the tables; {confirmed} of {total} "
+                    f"checks of SGLang {tables.release} confirmed in its source (the rest warn)",)
+
+
+def gather(argv: Sequence[str], gpu_sm: str, release: Release, *,
+           isolate: bool = False) -> Inputs:
     """Read the command line, resolve the model (and draft) and the GPU."""
-    options = load_option_table()
+    options = release.tables.options
     cl = read_command_line(argv, options)
     model_path = cl.value("model_path")
     if not model_path:
         raise InputError("the SGLang command line has no --model-path")
     trust = cl.present("trust_remote_code")
     overrides = cl.value("json_model_override_args")
+    rel = release.tables.release
     model = resolve_model(model_path, revision=cl.value("revision"),
-                          trust_remote_code=trust, override_args=overrides, isolate=isolate)
+                          trust_remote_code=trust, override_args=overrides, isolate=isolate,
+                          sglang_release=rel)
     draft = None
     draft_path = cl.value("speculative_draft_model_path")
     if draft_path or cl.value("speculative_algorithm"):
@@ -75,9 +98,10 @@ def gather(argv: Sequence[str], gpu_sm: str, *, isolate: bool = False) -> Inputs
             draft_path or model_path,
             revision=cl.value("speculative_draft_model_revision") or cl.value("revision"),
             trust_remote_code=trust, override_args=overrides, is_draft=True,
-            isolate=isolate,
+            isolate=isolate, sglang_release=rel,
         )
-    return Inputs(cl, options, load_default_table(), model, draft, resolve_gpu(gpu_sm))
+    compat, notes = compat_for(release)
+    return Inputs(cl, options, compat, model, draft, resolve_gpu(gpu_sm), release, notes)
 
 
 def default_state_dir() -> str:
@@ -98,9 +122,12 @@ def derived_dir(state_dir: str) -> str:
 
 def decide(inputs: Inputs, policy: PolicyConfig, state_dir: str) -> Decision:
     """Run preflight; derived YAMLs are named under `<state_dir>/derived`."""
-    return preflight(inputs.cl, inputs.options, inputs.compat, model=inputs.model,
-                     draft=inputs.draft, gpu=inputs.gpu, policy=policy,
-                     derived_dir=derived_dir(state_dir))
+    decision = preflight(inputs.cl, inputs.options, inputs.compat, model=inputs.model,
+                         draft=inputs.draft, gpu=inputs.gpu, policy=policy,
+                         derived_dir=derived_dir(state_dir))
+    if inputs.notes:
+        decision = replace(decision, warnings=(*inputs.notes, *decision.warnings))
+    return decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +137,7 @@ class Prepared:
     cl: CommandLine  # what to launch; a derived YAML is in cl.yaml_data, written at spawn
     options: OptionTable
     gpu: GpuFacts
+    release: Release
     user_config: str | None  # the user's own `--config` YAML (watched), not a derived one
     inputs: Inputs | None = None  # None: preflight was skipped
     decision: Decision | None = None
@@ -125,18 +153,19 @@ class Prepared:
         return self.gpu.sm
 
 
-def prepare(gpu_sm: str, policy: PolicyConfig, argv: Sequence[str], state_dir: str, *,
-            preflight: bool = True, isolate: bool = False) -> Prepared:
+def prepare(gpu_sm: str, policy: PolicyConfig, argv: Sequence[str], state_dir: str,
+            release: Release, *, preflight: bool = True, isolate: bool = False) -> Prepared:
     """Read the world once and decide: the command line to launch, with what it rests on."""
     if not preflight:
-        cl = read_command_line(argv)
-        return Prepared(cl, load_option_table(), gpu_quietly(gpu_sm), cl.config_path)
-    inputs = gather(argv, gpu_sm, isolate=isolate)
+        cl = read_command_line(argv, release.tables.options)
+        return Prepared(cl, release.tables.options, gpu_quietly(gpu_sm), release, cl.config_path)
+    inputs = gather(argv, gpu_sm, release, isolate=isolate)
     decision = decide(inputs, policy, state_dir)
     # Built in memory: argv_out names the derived YAML, whose data preflight already holds.
     yaml_data = decision.derived_yaml if decision.derived_yaml is not None else inputs.cl.yaml_data
     cl = parse_command_line(decision.argv_out, inputs.options, yaml_data)
-    return Prepared(cl, inputs.options, inputs.gpu, inputs.cl.config_path, inputs, decision)
+    return Prepared(cl, inputs.options, inputs.gpu, release, inputs.cl.config_path, inputs,
+                    decision)
 
 
 def gpu_quietly(gpu_sm: str) -> GpuFacts:

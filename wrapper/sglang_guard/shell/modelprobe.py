@@ -59,6 +59,7 @@ def resolve_model(
     is_draft: bool = False,
     use_cache: bool = True,
     isolate: bool = False,
+    sglang_release: str | None = None,
 ) -> ModelFacts:
     """The model's facts; an unresolvable hub id gives `unknown` with a warning.
 
@@ -81,14 +82,17 @@ def resolve_model(
             return ModelFacts(path, (), "unknown", None,
                               f"cannot resolve hub model {path!r} ({why}): architecture checks "
                               "skipped")
-    key = _cache_key(raw, revision, trust_remote_code, overrides, is_draft)
+    key = _cache_key(raw, revision, trust_remote_code, overrides, is_draft) + (
+        f"-{sglang_release}" if sglang_release else "")
     cached = _cache_get(key) if use_cache else None
     if cached is not None:
         return ModelFacts(path, tuple(cached["architectures"]), cached["attention_arch"],
                           cached["model_type"], cached["warning"])
     if isolate:
-        return _resolve_in_subprocess(path, revision, trust_remote_code, override_args, is_draft)
-    table = load_default_arch_table()  # parsed only on a miss: the cache key covers its text
+        return _resolve_in_subprocess(path, revision, trust_remote_code,
+                                      override_args=override_args, is_draft=is_draft,
+                                      sglang_release=sglang_release)
+    table = arch_table(sglang_release)  # parsed only on a miss: the cache key covers its text
     archs, model_type, fields, warning = _auto_config(
         path, raw, revision=revision, trust_remote_code=trust_remote_code,
         overrides=overrides, table=table,
@@ -102,10 +106,25 @@ def resolve_model(
     return facts
 
 
-def _resolve_in_subprocess(path: str, revision: str | None, trust: bool,
-                           override_args: str | None, is_draft: bool) -> ModelFacts:
+def arch_table(release: str | None) -> ArchTable:
+    """The architecture table as SGLang `release` classifies (None: the shipped one's release)."""
+    table = load_default_arch_table()
+    if release is None or release == table.sglang_version:
+        return table
+    from sglang_guard.core.arch import for_release  # noqa: PLC0415
+    from sglang_guard.core.releases import load_release  # noqa: PLC0415
+
+    a = load_release(release).arch
+    return for_release(table, release, mla=a.mla, mla_conditional=a.mla_conditional, mha=a.mha,
+                       ssm=a.ssm, draft_renames={**a.draft_renames, **a.draft_renames_conditional})
+
+
+def _resolve_in_subprocess(path: str, revision: str | None, trust: bool, *,
+                           override_args: str | None, is_draft: bool,
+                           sglang_release: str | None) -> ModelFacts:
     request = json.dumps({"path": path, "revision": revision, "trust_remote_code": trust,
-                          "override_args": override_args, "is_draft": is_draft})
+                          "override_args": override_args, "is_draft": is_draft,
+                          "sglang_release": sglang_release})
     proc = subprocess.run(
         [sys.executable, "-m", "sglang_guard.shell.modelprobe"],
         input=request, capture_output=True, text=True, check=False, timeout=600,
@@ -126,7 +145,8 @@ def _main() -> None:
     try:
         facts = resolve_model(req["path"], revision=req["revision"],
                               trust_remote_code=req["trust_remote_code"],
-                              override_args=req["override_args"], is_draft=req["is_draft"])
+                              override_args=req["override_args"], is_draft=req["is_draft"],
+                              sglang_release=req.get("sglang_release"))
     except InputError as exc:
         print(json.dumps({"error": str(exc)}))
         return

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from sglang_guard.shell.packs import load_packs
 from sglang_guard.shell.reloader import Reloader
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
+from sglang_guard.shell.whichrelease import Release, resolve_release
 
 LAUNCH_MODULE = ("-m", "sglang.launch_server")
 Seen = set[tuple[str, str | None, str, str | None]]
@@ -49,17 +49,6 @@ def launch_prefix(cfg: GuardConfig, python: str | None) -> list[str]:
     if cfg.sglang.launch:
         return list(cfg.sglang.launch)
     return [python or cfg.sglang.python or sys.executable, *LAUNCH_MODULE]
-
-
-def sglang_version(python: str) -> str | None:
-    """The SGLang version installed for `python` (None when it cannot tell)."""
-    code = "import importlib.metadata as m; print(m.version('sglang'))"
-    try:
-        out = subprocess.run([python, "-c", code], capture_output=True, text=True,
-                             timeout=30, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def journal_preflight(journal: Journal | None, decision: Decision, table: OptionTable,
@@ -94,11 +83,12 @@ class Preflight:
     state_dir: str
     enabled: bool
     journal: Journal | None
+    release: Release
     seen: Seen = field(default_factory=set)
 
     def __call__(self, cfg: GuardConfig, argv: tuple[str, ...]) -> Prepared:
         """The prepared launch for `argv` under `cfg`; Refused when the policy says so."""
-        prepared = prepare(cfg.gpu_sm, cfg.policy, argv, self.state_dir,
+        prepared = prepare(cfg.gpu_sm, cfg.policy, argv, self.state_dir, self.release,
                            preflight=self.enabled, isolate=True)
         decision = prepared.decision
         if decision is None:
@@ -127,17 +117,22 @@ def open_journal(state_dir: str) -> Journal | None:
 def run(cfg: GuardConfig, opts: RunOptions) -> int:
     """Preflight (unless disabled), then supervise SGLang; the exit status."""
     journal = open_journal(opts.state_dir)
-    preflight = Preflight(opts.state_dir, opts.preflight, journal)
-    first = preflight(cfg, opts.argv)
     prefix = launch_prefix(cfg, opts.python)
+    release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
+                              python=None if cfg.sglang.launch else prefix[0],
+                              unknown_why="[sglang] launch names no interpreter to read; "
+                                          "set [sglang] version")
+    preflight = Preflight(opts.state_dir, opts.preflight, journal, release)
+    first = preflight(cfg, opts.argv)
     env = Env(options=first.options, matcher=Matcher(load_packs(cfg)), restart=cfg.restart,
-              health=cfg.health, arch=first.arch, sm=first.sm,
-              sglang_version=sglang_version(prefix[0]) if not cfg.sglang.launch else None,
+              health=cfg.health, arch=first.arch, sm=first.sm, sglang_version=release.version,
               derived_dir=derived_dir(opts.state_dir), start=cfg.start)
     reloader = Reloader(cfg=cfg, overrides=opts.overrides, prepare=preflight, base=first.cl,
                         argv_from_cli=None if opts.argv_from_config else opts.argv)
     rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env, reload=reloader.reload,
                  watch=watched_files(cfg, first))
+    get_logger().info("sglang.release", version=release.version, source=release.source,
+                      table=release.tables.release, origin=release.tables.origin)
     return run_supervisor(rt, first.cl, journal)
 
 

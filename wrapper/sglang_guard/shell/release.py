@@ -1,0 +1,142 @@
+"""Which SGLang release an interpreter will run, read from disk without importing SGLang.
+
+The interpreter is asked only for its `sys.path` (the same environment the launch will
+have); the version comes from the `sglang-*.dist-info/METADATA` beside the `sglang` package
+that `import sglang` would find first, else from `sglang/version.py` of a source checkout.
+An unknown release whose source is readable gets its tables derived from that source with
+the same static reader as tools/sglang_tables.py, cached by the dist-info RECORD's hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from sglang_guard.core.releases import (
+    ReleaseTables,
+    build_release,
+    known_releases,
+    load_release,
+)
+from sglang_guard.core.sgl_options import release_table
+from sglang_guard.errors import InputError
+from sglang_guard.shell.files import write_atomic
+from sglang_guard.shell.sglsource import dir_reader
+
+log = structlog.get_logger(__name__)
+
+_SYS_PATH = "import json, sys; print(json.dumps(sys.path))"
+_VERSION_PY = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
+_FORMAT = 1  # bump when the derived table's shape changes: old cache entries are ignored
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseFact:
+    """The SGLang version an interpreter has, and where that was read."""
+
+    version: str
+    source: str  # e.g. "dist-info:/venv/.../sglang-0.5.23.dist-info/METADATA"
+    site: Path | None  # the directory holding the `sglang` package (None: not found on disk)
+    record: Path | None  # the dist-info RECORD, when there is one
+
+
+def interpreter_path(python: str, timeout: float = 10.0) -> list[str]:
+    """`sys.path` of `python` as the launch will see it (site processed, sglang not imported)."""
+    try:
+        out = subprocess.run(
+            [python, "-c", _SYS_PATH], capture_output=True, text=True, timeout=timeout,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise InputError(f"cannot ask {python} for its sys.path: {exc}") from exc
+    return [str(p) for p in json.loads(out)]
+
+
+def _metadata_version(text: str) -> str | None:
+    for line in text.splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+        if not line.strip():
+            break
+    return None
+
+
+def find_release(path: list[str], cwd: Path | None = None) -> ReleaseFact | None:
+    """The SGLang that `import sglang` would load from `path`, without loading it."""
+    for entry in path:
+        site = Path(entry) if entry else (cwd or Path.cwd())
+        if not (site / "sglang" / "__init__.py").is_file():
+            continue
+        for dist in sorted(site.glob("sglang-*.dist-info")):
+            meta = dist / "METADATA"
+            try:
+                version = _metadata_version(meta.read_text(encoding="utf-8"))
+            except OSError:
+                continue
+            if version:
+                record = dist / "RECORD"
+                return ReleaseFact(version, f"dist-info:{meta}", site,
+                                   record if record.is_file() else None)
+        version_py = site / "sglang" / "version.py"
+        try:
+            match = _VERSION_PY.search(version_py.read_text(encoding="utf-8"))
+        except OSError:
+            match = None
+        if match:
+            return ReleaseFact(match.group(1), f"version.py:{version_py}", site, None)
+        return None  # the package that wins has no version we can read
+    return None
+
+
+def read_release(python: str) -> ReleaseFact | None:
+    """The SGLang release of interpreter `python` (None: it has no SGLang we can read)."""
+    return find_release(interpreter_path(python))
+
+
+def _cache_key(fact: ReleaseFact) -> str:
+    digest = hashlib.sha256(f"{_FORMAT}:{fact.version}:".encode())
+    if fact.record is not None:
+        digest.update(fact.record.read_bytes())
+    elif fact.site is not None:  # a source checkout: the files the reader looks at
+        for rel in ("server_args.py", "configs/model_config.py"):
+            p = fact.site / "sglang" / "srt" / rel
+            if p.is_file():
+                digest.update(p.read_bytes())
+    return digest.hexdigest()[:24]
+
+
+def derive_release(fact: ReleaseFact, cache_dir: Path) -> ReleaseTables:
+    """Tables for an unshipped release, read from its source on disk (cached)."""
+    if fact.site is None:
+        raise InputError(f"SGLang {fact.version}: no source on disk to read its tables from")
+    path = cache_dir / "sglang-tables" / f"{_cache_key(fact)}.json"
+    try:
+        table = json.loads(path.read_text(encoding="utf-8"))
+        log.debug("release.tables_cached", version=fact.version, path=str(path))
+    except (OSError, ValueError):
+        table, _ = release_table(dir_reader(fact.site), fact.version)
+        try:
+            write_atomic(path, json.dumps(table, separators=(",", ":")))
+        except OSError as exc:  # a read-only cache costs a re-read next time, nothing more
+            log.warning("release.cache_unwritable", path=str(path), error=str(exc))
+        log.info("release.tables_derived", version=fact.version, path=str(path))
+    return build_release(table, fact.version, str(path), origin="derived")
+
+
+def tables_for(fact: ReleaseFact, cache_dir: Path) -> ReleaseTables:
+    """The shipped tables when the release is shipped; else derived from its source; else
+    the nearest older shipped table (origin "nearest")."""
+    if fact.version in known_releases():
+        return load_release(fact.version)
+    if fact.site is not None:
+        try:
+            return derive_release(fact, cache_dir)
+        except Exception as exc:
+            log.warning("release.derive_failed", version=fact.version, error=str(exc))
+    return load_release(fact.version)

@@ -1,0 +1,70 @@
+"""Which SGLang release preflight decides for, and where that fact came from.
+
+Asked before preflight: an explicit version (`check --sglang-version`, `[sglang] version`)
+wins; else the release installed for the interpreter that will run SGLang (dist-info, no
+import of sglang); else the newest shipped table, said so in the source.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sglang_guard.core.msgsearch import normalise
+from sglang_guard.core.releases import ReleaseTables, known_releases, load_release
+from sglang_guard.errors import GuardError, InputError
+from sglang_guard.shell.modelprobe import cache_dir
+from sglang_guard.shell.release import read_release, tables_for
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The release's tables and where its version was read."""
+
+    tables: ReleaseTables
+    source: str
+    site: Path | None = None  # the directory holding its `sglang` package, when on disk
+
+    @property
+    def version(self) -> str:
+        """The version that will run (which may be newer than the table used)."""
+        return self.tables.requested
+
+    def source_text(self) -> str | None:
+        """Its installed .py files, normalised for message search (None: no source on disk)."""
+        if self.site is None or not (self.site / "sglang").is_dir():
+            return None
+        chunks = []
+        for path in sorted((self.site / "sglang").rglob("*.py")):
+            with contextlib.suppress(OSError):
+                chunks.append(path.read_text(encoding="utf-8", errors="replace"))
+        return normalise("\n".join(chunks))
+
+
+def _load(version: str, source: str) -> Release:
+    try:
+        return Release(load_release(version), source)
+    except GuardError as exc:
+        raise InputError(f"{source}: {exc}") from None
+
+
+def resolve_release(*, version: str | None, version_source: str, python: str | None,
+                    unknown_why: str = "no --python or --sglang-version given") -> Release:
+    """The release for an explicit `version`, else for interpreter `python`, else the newest."""
+    if version:
+        return _load(version, version_source)
+    if python:
+        try:
+            fact = read_release(python)
+        except GuardError:
+            fact = None
+        if fact is not None:
+            try:
+                return Release(tables_for(fact, cache_dir()), fact.source, fact.site)
+            except GuardError as exc:
+                raise InputError(f"SGLang {fact.version} ({fact.source}): {exc}") from None
+        newest = known_releases()[-1]
+        return _load(newest, f"newest table ({python} has no SGLang the guard can read)")
+    newest = known_releases()[-1]
+    return _load(newest, f"newest table ({unknown_why})")
