@@ -3,6 +3,8 @@ quoted strings; and after ready only running-phase rules act."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from requestlines import ENV_LINES, FATAL_TEXTS, quoting
@@ -10,11 +12,12 @@ from sglang_guard.core import machine
 from sglang_guard.core.actions import Exit, Journal, Spawn, Stop
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import ChildExited, ChildLine, HealthResult
-from sglang_guard.core.guardconfig import HealthSection, RestartSection
+from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
 from sglang_guard.core.logline import clean, error_text
 from sglang_guard.core.options import load_option_table
 from sglang_guard.core.rules import MatchContext, Matcher, first_fix, load_default_packs
 from sglang_guard.errors import EXIT_ENVIRONMENT
+from sglang_guard.shell.explain import explain_log
 
 PACKS = load_default_packs()
 MATCHER = Matcher(PACKS)
@@ -156,3 +159,12 @@ def test_the_prefilter_passes_every_fatal_line_and_skips_requests(text: str) -> 
     assert MATCHER.scan(clean(text.encode(), 65536).encode() + b"\n")[0], text
     for line in quoting(text)[:7]:  # requests, the OpenAI record, access lines
         assert not MATCHER.scan(line.encode() + b"\n")[0], line
+
+
+def test_explain_names_the_library_and_skips_the_request(tmp_path: Path) -> None:
+    log = tmp_path / "s.log"
+    log.write_text(f"{TS} Receive: obj=GenerateReqInput(rid='x', text={ENV_LINES[2][0]!r})\n"
+                   f"{ENV_LINES[2][0]}\n", encoding="utf-8")
+    (match,) = explain_log(str(log), GuardConfig())
+    assert match.line_no == 2 and match.rule.id == "env-cuda-library-missing"
+    assert "libnvrtc.so.12" in match.why and "exit 69" in match.render()

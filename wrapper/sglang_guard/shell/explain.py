@@ -11,7 +11,7 @@ from typing import Any
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.core.rules import Matcher, Rule
-from sglang_guard.errors import InputError
+from sglang_guard.errors import EXIT_ENVIRONMENT, InputError
 from sglang_guard.shell.packs import load_packs
 
 
@@ -22,6 +22,7 @@ class Match:
     line_no: int
     line: str
     rule: Rule
+    why: str = ""  # the rule's reason with the line's named groups filled in
 
     def as_dict(self) -> dict[str, Any]:
         """The `explain --json` shape."""
@@ -29,16 +30,17 @@ class Match:
         return {"line_no": self.line_no, "line": self.line, "rule": r.id,
                 "flag": r.flags[0] if r.flags else None, "flags": list(r.flags),
                 "action": r.action, "new_value": r.new_value, "fatal": r.fatal,
-                "reason": r.reason, "source": r.source}
+                "reason": self.why or r.reason, "source": r.source}
 
     def render(self) -> str:
         """Three lines for a person."""
         r = self.rule
         target = f" {' / '.join(r.flags)}" if r.flags else ""
         value = f" -> {r.new_value}" if r.new_value else ""
+        action = f"{r.action} (exit {EXIT_ENVIRONMENT})" if r.action == "environment" else r.action
         return (f"line {self.line_no}: {self.line}\n"
-                f"  rule {r.id} ({r.pack}): {r.action}{target}{value}\n"
-                f"  why: {r.reason}")
+                f"  rule {r.id} ({r.pack}): {action}{target}{value}\n"
+                f"  why: {self.why or r.reason}")
 
 
 def _lines(logfile: str) -> Iterator[bytes]:
@@ -61,5 +63,5 @@ def explain_log(logfile: str, cfg: GuardConfig) -> list[Match]:
         rules = matcher.candidates(text)
         if rules:
             best = sorted(rules, key=lambda r: (not r.fatal, -r.priority))[0]
-            found.append(Match(n, text, best))
+            found.append(Match(n, text, best, matcher.diagnose(best, text)))
     return sorted(found, key=lambda m: (not m.rule.fatal, m.rule.priority < 0, m.line_no))
