@@ -73,18 +73,20 @@ def clean_block(raw: bytes) -> bytes:
 # SGLang's record format: "[%(asctime)s{.ms}{prefix}] %(message)s" with datefmt
 # "%Y-%m-%d %H:%M:%S" and prefix " TP0", " DP0 TP1 EP0", ... (0.5.23
 # srt/utils/common.py:2630). It carries no level name.
-_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [^\]]*)?\] ")
+# Every repetition below is bounded: constant work per line whatever the line holds.
+_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] ")
 # A level prefix inside a record or alone: uvicorn's "ERROR:    " (its default formatter
 # "%(levelprefix)s %(message)s"), as in "[2026-11-29 16:50:37] ERROR:    [Errno 98] ...".
-_ERROR_LEVEL = re.compile(r"(?:ERROR|CRITICAL):\s+")
+_ERROR_LEVEL = re.compile(r"(?:ERROR|CRITICAL):\s{1,16}")
 # The last line of a Python traceback, at column 0: "ValueError: ...",
 # "torch.OutOfMemoryError: ...", "Exception: ..." (traceback.format_exception_only); also
 # the "- ImportError: ..." items of sgl_kernel's load report (sgl_kernel/load_utils.py).
 # A class name has a lower-case letter: "WARNING:" and "INFO:" are level names, not classes.
-_EXCEPTION = re.compile(r"(?:- )?(?:[A-Za-z_]\w*\.)*[A-Z][A-Z0-9_]*[a-z]\w*(?::|$)")
+_EXCEPTION = re.compile(
+    r"(?:- )?(?:[A-Za-z_]\w{0,63}\.){0,8}[A-Z][A-Z0-9_]{0,63}[a-z]\w{0,127}(?::|$)")
 # argparse's error line: "sglang serve: error: ...", "launch_server.py: error: ..."
 # (Python 3.11 argparse.py, ArgumentParser.error).
-_ARGPARSE = re.compile(r"[^\s:]+(?: [^\s:]+)?: (?=error: )")
+_ARGPARSE = re.compile(r"[^\s:]{1,128}(?: [^\s:]{1,128})?: (?=error: )")
 
 
 def error_text(line: str) -> tuple[str, bool] | None:

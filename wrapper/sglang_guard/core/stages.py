@@ -34,7 +34,7 @@ MARKERS: tuple[tuple[str, str, str], ...] = (
 )
 _LITERALS = tuple(literal.encode() for _, literal, _ in MARKERS)
 # SGLang's record prefix (srt/utils/common.py:2630): its own lines, not a library's.
-_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?: [^\]]*)?\] ")
+_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] ")
 
 
 def last_stage(block: bytes, found: list[int]) -> str:
