@@ -107,3 +107,31 @@ def test_silent_distributed_init_is_reported_and_given_up(tmp_path: Path) -> Non
     assert stalled["stage"] == "dist_init"
     assert "AllReduce is disabled" in stalled["line"]
     assert count(tmp_path / "state", "child.start") == 1
+
+
+def test_a_progress_bar_redrawn_in_place_counts_as_progress(tmp_path: Path) -> None:
+    """tqdm redraws with a carriage return, no newline: progress (3 s > the 1.5 s limit)."""
+    bar = "\rLoading safetensors checkpoint shards:  {}% Completed | {}/6".format
+    script = [["print", "stderr", f"{TS} Load weight begin. avail mem=20.83 GB"],
+              *[step for i in range(1, 7)
+                for step in (["hex", "stderr", bar(i * 100 // 6, i).encode().hex()],
+                             ["sleep", 0.5])],
+              ["print", "stderr", ""], ["print", "stdout", machine.READY_LINE],
+              ["wait_term"], ["exit", 0]]
+    launcher = Launcher(tmp_path, [script])
+    with HealthServer() as server:
+        rt = make_runtime(tmp_path, launcher)
+        _default_packs(rt)
+        rt.env = replace(rt.env, start=StartSection(init_s=30.0, weights_s=1.5,
+                                                    on_stall="give_up"))
+        state = tmp_path / "state"
+
+        def during(sup: Supervisor) -> None:
+            wait_for(lambda: count(state, "ready") >= 1, 30, "ready")
+            sup.events.put(SignalReceived(signal.SIGTERM))
+
+        code = supervise(rt, base_argv(server.port), during)
+    assert code == EXIT_OK
+    records = journal_events(state)
+    assert [r["stage"] for r in records if r["event"] == "start.stage"] == ["weights"]
+    assert not [r for r in records if r["event"] == "start.stalled"]
