@@ -31,6 +31,10 @@ TABLE = REPO / "configs" / "backends.toml"
 RELEASES = REPO / "configs" / "sglang" / "releases.txt"
 
 
+# Not the server: the diffusion runtime and the test suites hold none of its checks.
+_NOT_SERVER = ("sglang/multimodal_gen/", "sglang/test/")
+
+
 def wheel_dir() -> Path:
     """Where tools/fetch-sglang-wheels keeps the wheels."""
     import os
@@ -49,7 +53,8 @@ def source_text(wheel: Path) -> str:
     """Every .py file of the sglang package in `wheel`, joined."""
     with zipfile.ZipFile(wheel) as zf:
         text = "\n".join(zf.read(n).decode("utf-8", "replace") for n in zf.namelist()
-                          if n.startswith("sglang/") and n.endswith(".py"))
+                          if n.startswith("sglang/") and n.endswith(".py")
+                          and not n.startswith(_NOT_SERVER))
     return normalise(text)
 
 

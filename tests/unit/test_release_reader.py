@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from sglang_guard.core import sgl_options
 from sglang_guard.errors import InputError
-from sglang_guard.shell import release
 from sglang_guard.shell.release import (
     ReleaseFact,
     derive_release,
@@ -110,7 +110,8 @@ def test_unknown_release_tables_are_derived_and_cached(tmp_path: Path,
     def boom(*_: object) -> None:
         raise AssertionError("the cached table must be used")
 
-    monkeypatch.setattr(release, "release_table", boom)
+    # The reader is imported when a table is derived (shell/release.py keeps `check` light).
+    monkeypatch.setattr(sgl_options, "release_table", boom)
     assert derive_release(fact, cache).options == tables.options
     # A different RECORD (a reinstall) is a different cache entry: read again.
     assert fact.record is not None

@@ -87,6 +87,7 @@ def main() -> None:
     sglang-guard check -- --model-path DIR --attention-backend cutedsl_mla
     sglang-guard run   -- --model-path DIR --attention-backend cutedsl_mla
     sglang-guard explain server.log
+    sglang-guard rules import errors.jsonl -o imported.toml --sglang-version '>=0.5.23,<0.5.24'
     """
 
 
@@ -186,3 +187,44 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str
         return
     for m in matches if show_all else matches[:1]:
         click.echo(m.render())
+
+
+@main.group()
+def rules() -> None:
+    """Rule packs: make one from an error dataset."""
+
+
+@rules.command("import")
+@click.option("-o", "--output", default=None, metavar="PACK.toml",
+              help="Write the pack here (default: stdout).")
+@click.option("--sglang-version", "versions", default=None, metavar="RANGE",
+              help="The pack's SGLang release range, e.g. '>=0.5.23,<0.5.24'.")
+@click.option("--sglang-src", default=None, metavar="SITE_PACKAGES",
+              help="Read the release from an SGLang install: keep only the records whose "
+                   "message its source holds.")
+@click.option("--name", default=None, help="The pack's name (default: the file's stem).")
+@click.argument("dataset", type=click.Path(dir_okay=False))
+@guarded
+def import_(output: str | None, versions: str | None, sglang_src: str | None,
+            name: str | None, dataset: str) -> None:
+    """Turn an error dataset (JSONL, schema v2) into a rule pack.
+
+    Exit status: 0 written, 2 bad input (unreadable dataset, unknown schema version, no
+    record that gives a rule).
+    """
+    from sglang_guard.shell.importer import import_dataset  # noqa: PLC0415
+
+    outcome = import_dataset(dataset, output=output, versions=versions,
+                             sglang_src=sglang_src, name=name)
+    for note in outcome.imported.notes:
+        click.echo(f"sglang-guard: record {note.record}: {note.problem}", err=True)
+    rules_ = outcome.pack.rules
+    advice = sum(r.action == "advice" for r in rules_)
+    skipped = sum(n.skipped for n in outcome.imported.notes)
+    summary = (f"{len(rules_)} rules ({len(rules_) - advice} with an action, {advice} advice) "
+               f"from {outcome.imported.records} records, {skipped} skipped")
+    if output is None:
+        click.echo(outcome.text, nl=False)
+        click.echo(f"sglang-guard: {summary}", err=True)
+    else:
+        click.echo(f"sglang-guard: wrote {output}: {summary}", err=True)

@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Literal
 
 AttentionArch = Literal["mla", "mha", "ssm", "unknown"]
 ATTENTION_ARCHS: tuple[AttentionArch, ...] = ("mla", "mha", "ssm", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """The config.json numbers the size checks read (SGLang's hf_text_config), None when absent."""
+
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    intermediate_size: int | None = None
+    moe_intermediate_size: int | None = None
+    first_k_dense_replace: int | None = None
+    # SGLang's get_context_length(hf_text_config): the first context key, times the RoPE factor.
+    context_length: int | None = None
+    quant_method: str | None = None  # quantization_config.quant_method, lower-cased
+    weight_block_size: tuple[int, int] | None = None  # quantization_config.weight_block_size
+
+    def as_dict(self) -> dict[str, object]:
+        """The JSON shape (facts cache, `check --json`)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object] | None) -> ModelShape | None:
+        """The inverse of as_dict (None stays None)."""
+        if data is None:
+            return None
+        block = data.get("weight_block_size")
+        return cls(**{**data, "weight_block_size":  # type: ignore[arg-type]
+                      tuple(block) if isinstance(block, list | tuple) else None})
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +47,7 @@ class ModelFacts:
     model_type: str | None = None
     # Why the architecture is unknown (an unresolvable hub id, say); None when known.
     warning: str | None = None
+    shape: ModelShape | None = None  # None: config.json was not read (size checks skipped)
 
 
 @dataclass(frozen=True, slots=True)

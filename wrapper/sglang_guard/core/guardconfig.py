@@ -102,6 +102,8 @@ class RulesSection:
 
     default_pack: bool = True
     packs: tuple[str, ...] = ()
+    # Deny-listed flags (core/packcheck.py) that this config lets rules change anyway.
+    allow_set: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,16 @@ from sglang_guard.core.events import (
 from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSection
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import redact_argv
-from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix, in_phase
+from sglang_guard.core.rules import (
+    Fix,
+    MatchContext,
+    Matcher,
+    Rule,
+    advice_for,
+    advice_record,
+    first_fix,
+    in_phase,
+)
 from sglang_guard.core.stages import Stalled, is_progress
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
 
@@ -289,6 +298,9 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
         if not env.health.enabled:  # no HTTP probing at all: the line alone says ready
             return _ready(state, env)
         actions.append(Probe(state.gen, "/health"))
+    # Advice rules change nothing: journaled, never a remediation, a restart or a fire.
+    actions += [Journal(advice_record(r, event.text, state.gen))
+                for r in advice_for(env.matcher, event.text, _ctx(state, env))]
     fix, exhausted = first_fix(env.matcher, event.text, _ctx(state, env), state.fired)
     if fix is None:
         # A rule that already fired and now finds nothing left to change (its flag is gone

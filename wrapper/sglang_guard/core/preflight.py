@@ -17,6 +17,7 @@ from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.renames import RenameFinding
+from sglang_guard.core.sizes import check_sizes, policy_action
 from sglang_guard.core.spelling import new_tokens, respell
 
 Action = Literal["drop", "rewrite", "refuse", "warn"]
@@ -67,8 +68,9 @@ def preflight(
     gpu: GpuFacts,
     policy: PolicyConfig,
     derived_dir: str,
+    allow_longer_context: bool = False,
 ) -> Decision:
-    """Check every backend flag of `cl` and apply the policy."""
+    """Check every backend flag of `cl`, then the sizes and combinations (core/sizes.py)."""
     warnings = [w for w in (model.warning, draft.warning if draft else None, gpu.warning) if w]
     warnings += list(gpu.notes)
     original = cl
@@ -99,6 +101,8 @@ def preflight(
             edits.append(Edit(dest, "drop"))
         elif finding.action == "rewrite":
             edits.append(Edit(dest, "set", finding.new_value))
+    _add_size_findings(cl, options, findings, edits, model=model, gpu=gpu, policy=policy,
+                       allow_longer_context=allow_longer_context)
     backend_dests = {options.spec(f).dest for f in BACKEND_FLAGS}
     for occ in cl.occurrences:
         if occ.problem and (occ.spec is None or occ.spec.dest not in backend_dests):
@@ -118,6 +122,29 @@ def preflight(
         derived_path=None if verdict == "refused" else result.derived_path,
         warnings=tuple(dict.fromkeys(warnings)),
     )
+
+
+def _add_size_findings(cl: CommandLine, options: OptionTable, findings: list[Finding],
+                       edits: list[Edit], *, model: ModelFacts, gpu: GpuFacts,
+                       policy: PolicyConfig, allow_longer_context: bool) -> None:
+    """The size and combination checks; a flag the backend checks already judged is skipped."""
+    judged = {f.flag for f in findings}
+    for item in check_sizes(cl, model, sm=_sm(gpu), allow_longer_context=allow_longer_context,
+                            release=options.sglang_version):
+        if item.flag in judged:
+            continue
+        judged.add(item.flag)
+        action = policy_action(policy, item)
+        reason = item.reason
+        if action == "warn":
+            reason += " (policy warn: launched unchanged)"
+        findings.append(Finding(flag=item.flag, value=item.value, action=action, new_value=None,
+                                reason=reason, kind=item.check.kind,
+                                source=f"{item.cited} (line of 0.5.23; the same rule in "
+                                       f"{item.check.releases})",
+                                sglang_message=item.sglang_message))
+        if action == "drop":
+            edits.append(Edit(options.spec(item.flag).dest, "drop"))
 
 
 def _renamed(f: RenameFinding, action: Action) -> Finding:

@@ -21,9 +21,10 @@ from sglang_guard.resources import config_path
 
 # "environment": give up at once with EXIT_ENVIRONMENT: a broken install (a kernel library
 # built for another torch, a CUDA library missing, a GPU the build has no code for) that no
-# restart and no flag fixes.
+# restart and no flag fixes. "advice": no automatic action; the guard shows the rule's
+# explanation and solutions.
 ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit",
-           "environment")
+           "environment", "advice")
 FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 SCALE = "scale:"
 # When a rule acts: before SGLang is ready ("start", the default: most failures are a start
@@ -70,6 +71,11 @@ class Rule:
     # before the real cause) sits below zero so that the specific rule is preferred.
     priority: int = 0
     phase: str = "start"  # one of PHASES
+    # From an error-dataset record (`rules import`): its id, and what a person should read.
+    record: str | None = None
+    explanation: str = ""
+    solutions: tuple[str, ...] = ()
+    prevention: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +119,10 @@ _RULE_KEYS = frozenset(
         "maximum",
         "priority",
         "phase",
+        "record",
+        "explanation",
+        "solutions",
+        "prevention",
     }
 )
 _WHEN_KEYS = frozenset({"arch", "sm_min", "sm_max", "sglang", "flags"})
@@ -228,6 +238,10 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
         maximum=None if maximum is None else float(maximum),
         priority=chk.get("priority", int, 0),
         phase=chk.choice("phase", PHASES, "start"),
+        record=chk.get("record", str),
+        explanation=chk.get("explanation", str, ""),
+        solutions=chk.strings("solutions") or (),
+        prevention=chk.strings("prevention") or (),
     )
     if action == "environment" and not rule.reason:
         raise chk.fail("reason", "an environment rule needs the one-line diagnosis it gives")

@@ -47,6 +47,8 @@ __all__ = [
     "Matcher",
     "Rule",
     "RulePack",
+    "advice_for",
+    "advice_record",
     "compile_pattern",
     "first_fix",
     "in_phase",
@@ -290,9 +292,11 @@ def first_fix(
     """The fix for `line` and the matching fatal rules skipped because their budget ran out.
 
     Candidates are tried by descending priority, then pack order; a rule applies when its
-    conditions hold, it has fires left and `plan_fix` finds something to change.
+    conditions hold, it has fires left and `plan_fix` finds something to change. Advice
+    rules are never candidates: they change nothing (see `advice_for`).
     """
-    candidates = sorted((r for r in matcher.candidates(line) if r.fatal and in_phase(r, ctx.phase)),
+    candidates = sorted((r for r in matcher.candidates(line)
+                         if r.fatal and r.action != "advice" and in_phase(r, ctx.phase)),
                         key=lambda r: -r.priority)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
@@ -315,3 +319,18 @@ def _undo(rule: Rule, ctx: MatchContext, line: str) -> Fix | None:
     if flag is None or not _conditions_hold(rule.conditions, ctx) or flag not in line:
         return None
     return Fix(rule, "undo_guard_edit", flag, ctx.flags.get(flag), None)
+
+
+def advice_for(matcher: Matcher, line: str, ctx: MatchContext) -> tuple[Rule, ...]:
+    """The advice rules (no automatic action) that `line` triggers on this command line."""
+    return tuple(r for r in matcher.candidates(line)
+                 if r.action == "advice" and in_phase(r, ctx.phase)
+                 and _conditions_hold(r.conditions, ctx))
+
+
+def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:
+    """The journal record of an advice rule that matched: what to read, nothing changed."""
+    return {"event": "advice", "trigger": "log", "rule": rule.id, "record": rule.record,
+            "line": line, "gen": gen, "reason": rule.reason, "explanation": rule.explanation,
+            "solutions": list(rule.solutions), "prevention": list(rule.prevention),
+            "source": rule.source}

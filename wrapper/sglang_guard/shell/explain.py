@@ -30,17 +30,29 @@ class Match:
         return {"line_no": self.line_no, "line": self.line, "rule": r.id,
                 "flag": r.flags[0] if r.flags else None, "flags": list(r.flags),
                 "action": r.action, "new_value": r.new_value, "fatal": r.fatal,
-                "reason": self.why or r.reason, "source": r.source}
+                "reason": self.why or r.reason, "source": r.source, "record": r.record,
+                "explanation": r.explanation, "solutions": list(r.solutions),
+                "prevention": list(r.prevention)}
 
     def render(self) -> str:
-        """Three lines for a person."""
+        """Three lines for a person (and a dataset record's advice, when the rule has one)."""
         r = self.rule
         target = f" {' / '.join(r.flags)}" if r.flags else ""
         value = f" -> {r.new_value}" if r.new_value else ""
         action = f"{r.action} (exit {EXIT_ENVIRONMENT})" if r.action == "environment" else r.action
-        return (f"line {self.line_no}: {self.line}\n"
+        text = (f"line {self.line_no}: {self.line}\n"
                 f"  rule {r.id} ({r.pack}): {action}{target}{value}\n"
                 f"  why: {self.why or r.reason}")
+        return text + advice_text(r)
+
+
+def advice_text(rule: Rule) -> str:
+    """The dataset record's explanation, solutions and prevention tips, indented."""
+    lines = [f"  record: {rule.record}"] if rule.record else []
+    lines += [f"  {part}" for part in rule.explanation.splitlines() if part.strip()]
+    lines += [f"  solution: {s}" for s in rule.solutions]
+    lines += [f"  prevention: {p}" for p in rule.prevention]
+    return "".join("\n" + line for line in lines)
 
 
 def _lines(logfile: str) -> Iterator[bytes]:
@@ -62,6 +74,7 @@ def explain_log(logfile: str, cfg: GuardConfig) -> list[Match]:
         text = clean(raw[:LINE_CAP], LINE_CAP)
         rules = matcher.candidates(text)
         if rules:
-            best = sorted(rules, key=lambda r: (not r.fatal, -r.priority))[0]
+            best = sorted(rules, key=lambda r: (not r.fatal, r.action == "advice",
+                                                -r.priority))[0]
             found.append(Match(n, text, best, matcher.diagnose(best, text)))
     return sorted(found, key=lambda m: (not m.rule.fatal, m.rule.priority < 0, m.line_no))

@@ -122,9 +122,11 @@ def derived_dir(state_dir: str) -> str:
 
 def decide(inputs: Inputs, policy: PolicyConfig, state_dir: str) -> Decision:
     """Run preflight; derived YAMLs are named under `<state_dir>/derived`."""
+    allow = os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "").lower() in (
+        "1", "true", "yes", "on")  # SGLang's own switch for a longer --context-length
     decision = preflight(inputs.cl, inputs.options, inputs.compat, model=inputs.model,
                          draft=inputs.draft, gpu=inputs.gpu, policy=policy,
-                         derived_dir=derived_dir(state_dir))
+                         derived_dir=derived_dir(state_dir), allow_longer_context=allow)
     if inputs.notes:
         decision = replace(decision, warnings=(*inputs.notes, *decision.warnings))
     return decision

@@ -21,14 +21,17 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
-from sglang_guard.core.facts import ModelFacts
+from sglang_guard.core.facts import ModelFacts, ModelShape
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
 from sglang_guard.shell.files import read_bytes, write_atomic
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
-_CACHE_VERSION = "1"
+_CACHE_VERSION = "2"  # 2: the model shape (heads, MLP widths, context, quantization)
+# SGLang's CONTEXT_LENGTH_KEYS (srt/utils/hf_transformers/common.py:668, 0.5.23): first found wins.
+_CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                 "max_position_embeddings")
 
 
 def cache_dir() -> Path:
@@ -86,21 +89,21 @@ def resolve_model(
         f"-{sglang_release}" if sglang_release else "")
     cached = _cache_get(key) if use_cache else None
     if cached is not None:
-        return ModelFacts(path, tuple(cached["architectures"]), cached["attention_arch"],
-                          cached["model_type"], cached["warning"])
+        return _facts_from(path, cached)
     if isolate:
         return _resolve_in_subprocess(path, revision, trust_remote_code,
                                       override_args=override_args, is_draft=is_draft,
                                       sglang_release=sglang_release)
     table = arch_table(sglang_release)  # parsed only on a miss: the cache key covers its text
-    archs, model_type, fields, warning = _auto_config(
+    archs, model_type, fields, warning, shape = _auto_config(
         path, raw, revision=revision, trust_remote_code=trust_remote_code,
         overrides=overrides, table=table,
     )
     if is_draft:
         archs = draft_architectures(table, archs)
     facts = ModelFacts(path, archs, classify(table, archs, fields) if archs else "unknown",
-                       model_type, warning if archs else (warning or "config has no architectures"))
+                       model_type, warning if archs else (warning or "config has no architectures"),
+                       shape)
     if use_cache:
         _cache_put(key, facts)
     return facts
@@ -135,8 +138,20 @@ def _resolve_in_subprocess(path: str, revision: str | None, trust: bool, *,
         raise ModelError(f"resolving {path!r} failed: {proc.stderr.strip()[-300:]}") from None
     if "error" in answer:
         raise ModelError(answer["error"])
-    return ModelFacts(path, tuple(answer["architectures"]), answer["attention_arch"],
-                      answer["model_type"], answer["warning"])
+    return _facts_from(path, answer)
+
+
+def _facts_from(path: str, data: dict[str, Any]) -> ModelFacts:
+    """ModelFacts from the JSON of the cache or the subprocess."""
+    return ModelFacts(path, tuple(data["architectures"]), data["attention_arch"],
+                      data["model_type"], data["warning"], ModelShape.from_dict(data.get("shape")))
+
+
+def _facts_json(facts: ModelFacts) -> str:
+    return json.dumps({"architectures": list(facts.architectures),
+                       "attention_arch": facts.attention_arch,
+                       "model_type": facts.model_type, "warning": facts.warning,
+                       "shape": facts.shape.as_dict() if facts.shape else None})
 
 
 def _main() -> None:
@@ -150,9 +165,7 @@ def _main() -> None:
     except InputError as exc:
         print(json.dumps({"error": str(exc)}))
         return
-    print(json.dumps({"architectures": list(facts.architectures),
-                      "attention_arch": facts.attention_arch,
-                      "model_type": facts.model_type, "warning": facts.warning}))
+    print(_facts_json(facts))
 
 
 def _looks_like_path(path: str) -> bool:
@@ -225,7 +238,7 @@ def _auto_config(
     trust_remote_code: bool,
     overrides: Mapping[str, Any],
     table: ArchTable,
-) -> tuple[tuple[str, ...], str | None, dict[str, Any], str | None]:
+) -> tuple[tuple[str, ...], str | None, dict[str, Any], str | None, ModelShape]:
     """Load with AutoConfig (as SGLang's get_config does), apply overrides, read the text config."""
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
@@ -258,7 +271,53 @@ def _auto_config(
     text = _text_config(config, archs)
     wanted = {r.field for r in table.rules if r.field}
     fields = {f: _get(text, f) for f in wanted if _has(text, f)}
-    return archs, getattr(config, "model_type", None), fields, warning
+    return archs, getattr(config, "model_type", None), fields, warning, _shape(config, text)
+
+
+def _int(obj: Any, name: str) -> int | None:
+    value = _get(obj, name)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _context_length(text: Any) -> int:
+    """SGLang's get_context_length (srt/utils/hf_transformers/common.py:677, 0.5.23)."""
+    rope = _get(text, "rope_scaling")
+    factor: Any = 1
+    if rope and isinstance(rope, dict):
+        factor = rope.get("factor", 1)
+        if "original_max_position_embeddings" in rope or rope.get("rope_type") == "llama3":
+            factor = 1
+    for key in _CONTEXT_KEYS:
+        value = _get(text, key)
+        if value is not None:
+            return int(factor * value)
+    return 2048
+
+
+def _shape(config: Any, text: Any) -> ModelShape:
+    """The numbers the size checks read: heads and widths from the text config (as SGLang's
+    hf_text_config), quantization from the top config (ModelConfig._parse_quant_hf_config)."""
+    quant = _get(config, "quantization_config") or _get(config, "compression_config")
+    quant = quant if isinstance(quant, dict) else (quant.to_dict() if hasattr(quant, "to_dict")
+                                                   else None)
+    method = quant.get("quant_method") if quant else None
+    block = quant.get("weight_block_size") if quant else None
+    heads = _int(text, "num_attention_heads")
+    try:
+        context: int | None = _context_length(text)
+    except (TypeError, ValueError):
+        context = None
+    return ModelShape(
+        num_attention_heads=heads,
+        num_key_value_heads=_int(text, "num_key_value_heads") or heads,
+        intermediate_size=_int(text, "intermediate_size"),
+        moe_intermediate_size=_int(text, "moe_intermediate_size"),
+        first_k_dense_replace=_int(text, "first_k_dense_replace"),
+        context_length=context,
+        quant_method=method.lower() if isinstance(method, str) else None,
+        weight_block_size=(int(block[0]), int(block[1]))
+        if isinstance(block, list | tuple) and len(block) == 2 else None,
+    )
 
 
 def _text_config(config: Any, archs: tuple[str, ...]) -> Any:
@@ -319,9 +378,7 @@ def _cache_get(key: str) -> dict[str, Any] | None:
 
 
 def _cache_put(key: str, facts: ModelFacts) -> None:
-    body = json.dumps({"architectures": list(facts.architectures),
-                       "attention_arch": facts.attention_arch,
-                       "model_type": facts.model_type, "warning": facts.warning})
+    body = _facts_json(facts)
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
         write_atomic(cache_dir() / f"{key}.json", body)
 

@@ -2,18 +2,50 @@
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 
 from sglang_guard.core.guardconfig import GuardConfig
+from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.packcheck import check_allow_set, check_pack, release_to_check
+from sglang_guard.core.releases import known_releases
 from sglang_guard.core.rules import RulePack, load_default_packs, parse_pack
 from sglang_guard.errors import ConfigError
 from sglang_guard.shell.files import read_user_text
 
 
-def load_packs(cfg: GuardConfig) -> tuple[RulePack, ...]:
-    """The default packs (unless disabled) and the packs the guard config names."""
+def load_packs(cfg: GuardConfig, running: OptionTable | None = None) -> tuple[RulePack, ...]:
+    """The default packs (unless disabled) and the packs the guard config names, each checked
+    against the running release's option table (or, for a pack whose range does not hold
+    it, the newest shipped release its range holds)."""
     packs = list(load_default_packs()) if cfg.rules.default_pack else []
     for path in cfg.rules.packs:
         text = read_user_text(path, "a rule pack (TOML)", partial(ConfigError, path, None))
         packs.append(parse_pack(text, path))
-    return tuple(packs)
+    check_allow_set(cfg.rules.allow_set, running or load_option_table(), cfg.path)
+    allow = frozenset(cfg.rules.allow_set)
+    return tuple(check_pack(p, _table_for(p, running), allow, other_release_has)
+                 for p in packs)
+
+
+@functools.cache
+def _spellings() -> frozenset[str]:
+    # Every shipped release's canonical spellings (42 tables: ~0.2 s, once, when needed).
+    return frozenset(s.canonical for v in known_releases() for s in load_option_table(v).options)
+
+
+def other_release_has(flag: str) -> bool:
+    """True when some shipped release spells one of its options `flag`."""
+    return flag in _spellings()
+
+
+def _table_for(pack: RulePack, running: OptionTable | None) -> OptionTable:
+    version = release_to_check(pack.sglang_versions, running.sglang_version if running else None,
+                               known_releases())
+    if version is None:
+        raise ConfigError(pack.path, "pack.sglang_versions",
+                          f"{pack.sglang_versions!r} holds no SGLang release this guard has "
+                          f"an option table for (pack {pack.name!r})")
+    if running is not None and version == running.sglang_version:
+        return running
+    return load_option_table(version)

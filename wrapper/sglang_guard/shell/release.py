@@ -15,8 +15,7 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-
-import structlog
+from typing import Any
 
 from sglang_guard.core.releases import (
     ReleaseTables,
@@ -24,12 +23,8 @@ from sglang_guard.core.releases import (
     known_releases,
     load_release,
 )
-from sglang_guard.core.sgl_options import release_table
 from sglang_guard.errors import InputError
 from sglang_guard.shell.files import write_atomic
-from sglang_guard.shell.sglsource import dir_reader
-
-log = structlog.get_logger(__name__)
 
 _SYS_PATH = "import json, sys; print(json.dumps(sys.path))"
 _VERSION_PY = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
@@ -111,21 +106,32 @@ def _cache_key(fact: ReleaseFact) -> str:
     return digest.hexdigest()[:24]
 
 
+def _log() -> Any:
+    """structlog, imported only when there is something to say (`check` stays light)."""
+    import structlog  # noqa: PLC0415
+
+    return structlog.get_logger(__name__)
+
+
 def derive_release(fact: ReleaseFact, cache_dir: Path) -> ReleaseTables:
     """Tables for an unshipped release, read from its source on disk (cached)."""
+    # The static reader is large; only an unshipped release needs it.
+    from sglang_guard.core.sgl_options import release_table  # noqa: PLC0415
+    from sglang_guard.shell.sglsource import dir_reader  # noqa: PLC0415
+
     if fact.site is None:
         raise InputError(f"SGLang {fact.version}: no source on disk to read its tables from")
     path = cache_dir / "sglang-tables" / f"{_cache_key(fact)}.json"
     try:
         table = json.loads(path.read_text(encoding="utf-8"))
-        log.debug("release.tables_cached", version=fact.version, path=str(path))
+        _log().debug("release.tables_cached", version=fact.version, path=str(path))
     except (OSError, ValueError):
         table, _ = release_table(dir_reader(fact.site), fact.version)
         try:
             write_atomic(path, json.dumps(table, separators=(",", ":")))
         except OSError as exc:  # a read-only cache costs a re-read next time, nothing more
-            log.warning("release.cache_unwritable", path=str(path), error=str(exc))
-        log.info("release.tables_derived", version=fact.version, path=str(path))
+            _log().warning("release.cache_unwritable", path=str(path), error=str(exc))
+        _log().info("release.tables_derived", version=fact.version, path=str(path))
     return build_release(table, fact.version, str(path), origin="derived")
 
 
@@ -138,5 +144,5 @@ def tables_for(fact: ReleaseFact, cache_dir: Path) -> ReleaseTables:
         try:
             return derive_release(fact, cache_dir)
         except Exception as exc:
-            log.warning("release.derive_failed", version=fact.version, error=str(exc))
+            _log().warning("release.derive_failed", version=fact.version, error=str(exc))
     return load_release(fact.version)

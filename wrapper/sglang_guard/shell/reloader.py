@@ -74,8 +74,8 @@ class Reloader:
         try:
             cfg = self.overrides(read_guard_config(self.cfg.path)) if self.cfg.path \
                 else self.cfg
-            new_env = replace(env, matcher=Matcher(load_packs(cfg)), restart=cfg.restart,
-                              health=cfg.health, start=cfg.start)
+            new_env = replace(env, matcher=Matcher(load_packs(cfg, env.options)),
+                              restart=cfg.restart, health=cfg.health, start=cfg.start)
         except GuardError as exc:
             return self._rejected(record, str(exc), env_applied=False)
         self.cfg = cfg
