@@ -86,6 +86,7 @@ def main() -> None:
     \b
     sglang-guard check -- --model-path DIR --attention-backend cutedsl_mla
     sglang-guard run   -- --model-path DIR --attention-backend cutedsl_mla
+    sglang-guard serve DIR --attention-backend cutedsl_mla   (as `sglang serve`)
     sglang-guard explain server.log
     sglang-guard rules import errors.jsonl -o imported.toml --sglang-version '>=0.5.23,<0.5.24'
     """
@@ -150,7 +151,7 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     from sglang_guard.shell import logsetup  # noqa: PLC0415
     from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
-    from sglang_guard.shell.runner import run as run_guard  # noqa: PLC0415
+    from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
     logsetup.configure(log_format or cfg.log_format)
@@ -162,7 +163,21 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
                       state_dir=state_dir or cfg.state_dir or default_state_dir(),
                       preflight=not no_preflight, argv_from_config=not args,
                       overrides=overrides)
-    sys.exit(run_guard(cfg, opts))
+    sys.exit(run_with_status(cfg, opts))
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                                "help_option_names": []}, add_help_option=False)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def serve(args: tuple[str, ...]) -> None:
+    """`sglang serve ARGS…` under the guard: the same arguments, launched as `sglang serve`.
+
+    Guard settings come from SGLANG_GUARD_* variables and the guard config files, as for
+    sglang-guard-launch; --help shows `sglang serve --help`.
+    """
+    from sglang_guard.serve import main as serve_main  # noqa: PLC0415
+
+    serve_main(args)
 
 
 @main.command()

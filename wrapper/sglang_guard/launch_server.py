@@ -73,14 +73,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _launch(args: list[str]) -> None:
     from sglang_guard.shell import logsetup  # noqa: PLC0415
     from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
-    from sglang_guard.shell.runner import RunOptions, run  # noqa: PLC0415
+    from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
+    from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
 
     cfg = guard_config_from_env()
     logsetup.configure(cfg.log_format)
     opts = RunOptions(argv=tuple(args), python=_python(),
                       state_dir=cfg.state_dir or default_state_dir(),
                       preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
-    sys.exit(run(cfg, opts))
+    sys.exit(run_with_status(cfg, opts))
 
 
 if __name__ == "__main__":

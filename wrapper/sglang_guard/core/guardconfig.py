@@ -106,6 +106,48 @@ class RulesSection:
     allow_set: tuple[str, ...] = ()
 
 
+# The guard's own HTTP port (/metrics, /livez, /readyz, /startupz, /status): SGLang's default
+# is 30000 and its internal ports land above it, so the guard's sits well away from both.
+DEFAULT_STATUS_PORT = 9488
+DEFAULT_STATUS_LISTEN = f"127.0.0.1:{DEFAULT_STATUS_PORT}"
+TERMINATION_LOG = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
+_LISTEN = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]*)):(?P<port>\d{1,5})$")
+_OFF = ("", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class StatusSection:
+    """The guard's own HTTP port: metrics and probes, up before preflight."""
+
+    listen: str = DEFAULT_STATUS_LISTEN  # HOST:PORT, [V6]:PORT, or "off"
+    allow_remote: bool = False  # a HOST other than loopback needs this set
+    termination_log: str = TERMINATION_LOG  # "" turns it off
+
+    def address(self) -> tuple[str, int] | None:
+        """(host, port) to bind, None when off; `listen` was validated on the way in."""
+        return parse_listen(self.listen, allow_remote=True)
+
+
+def parse_listen(text: str, *, allow_remote: bool) -> tuple[str, int] | None:
+    """`HOST:PORT` as (host, port), None for "off"; ValueError says what is wrong."""
+    if text.strip().lower() in _OFF:
+        return None
+    m = _LISTEN.match(text.strip())
+    if m is None or not 0 <= int(m["port"]) < 65536:  # 0: any free port (it is logged)
+        raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_STATUS_LISTEN}) or \"off\", "
+                         f"got {text!r}")
+    host = m["v6"] or m["host"] or "0.0.0.0"  # noqa: S104 - ":9488" means every address
+    if not allow_remote and not _loopback(host):
+        raise ValueError(f"{host} is not a loopback address: the status port shows the "
+                         "command line and counts to anyone who can reach it; set "
+                         "status.allow_remote = true to bind it")
+    return host, int(m["port"])
+
+
+def _loopback(host: str) -> bool:
+    return host in {"localhost", "::1"} or host.startswith("127.")
+
+
 @dataclass(frozen=True, slots=True)
 class GuardConfig:
     """The whole guard config; every section has defaults, so an empty file is valid."""
@@ -117,6 +159,7 @@ class GuardConfig:
     health: HealthSection = field(default_factory=HealthSection)
     rules: RulesSection = field(default_factory=RulesSection)
     start: StartSection = field(default_factory=StartSection)
+    status: StatusSection = field(default_factory=StatusSection)
     state_dir: str | None = None
     gpu_sm: str = "auto"
     log_format: LogFormat = "auto"
@@ -144,7 +187,7 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
     """Parse and validate the TOML text of a guard config."""
     root = Table.parse(text, path)
     root.known({"sglang", "policy", "restart", "health", "rules", "start", "state", "gpu",
-                "log"})
+                "log", "status"})
     return GuardConfig(
         path=path,
         sglang=_section(root.table("sglang"), SglangSection),
@@ -153,6 +196,7 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
         health=_section(root.table("health"), HealthSection),
         rules=_section(root.table("rules"), RulesSection),
         start=_start(root.table("start")),
+        status=_status(root.table("status")),
         state_dir=_leaf(root, "state", "dir").text("dir"),
         gpu_sm=_gpu_sm(_leaf(root, "gpu", "sm")),
         log_format=cast("LogFormat", _leaf(root, "log", "format").choice(
@@ -164,6 +208,15 @@ def _start(table: Table) -> StartSection:
     section: StartSection = _section(table, StartSection)
     table.choice("on_stall", ON_STALL, "restart")
     return section
+
+
+def _status(raw: Table) -> StatusSection:
+    status: StatusSection = _section(raw, StatusSection)
+    try:
+        parse_listen(status.listen, allow_remote=status.allow_remote)
+    except ValueError as exc:
+        raise raw.fail("listen", str(exc)) from None
+    return status
 
 
 def _leaf(root: Table, name: str, key: str) -> Table:

@@ -16,6 +16,7 @@ from sglang_guard.errors import ConfigError, Refused
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.packs import load_packs
 from sglang_guard.shell.reloader import Reloader
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
@@ -42,6 +43,7 @@ class RunOptions:
     argv_from_config: bool = False
     # Re-applies --policy / --gpu-sm to a reloaded guard config.
     overrides: Callable[[GuardConfig], GuardConfig] = _same
+    observer: Observer = NO_OBSERVER  # the status port's hooks (shell/status.py)
 
 
 def launch_prefix(cfg: GuardConfig, python: str | None) -> list[str]:
@@ -52,14 +54,12 @@ def launch_prefix(cfg: GuardConfig, python: str | None) -> list[str]:
 
 
 def journal_preflight(journal: Journal | None, decision: Decision, table: OptionTable,
-                      seen: Seen | None = None) -> None:
+                      seen: Seen | None = None, observer: Observer = NO_OBSERVER) -> None:
     """One `remediated` event per preflight change (other findings as `preflight.<action>`).
 
     `seen` remembers what was journaled already: a reload re-runs preflight on the same
-    command line, and the same fix is not news.
+    command line, and the same fix is not news. The observer sees each record too.
     """
-    if journal is None:
-        return
     for f in decision.findings:
         key = (f.flag, f.value, f.action, f.new_value)
         if seen is not None:
@@ -73,7 +73,9 @@ def journal_preflight(journal: Journal | None, decision: Decision, table: Option
                   "reason": f.reason,
                   "argv_before": redact_argv(decision.argv_in, table),
                   "argv_after": redact_argv(decision.argv_out, table)}
-        journal.write(record)
+        observer.record(record)
+        if journal is not None:
+            journal.write(record)
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Preflight:
     journal: Journal | None
     release: Release
     seen: Seen = field(default_factory=set)
+    observer: Observer = NO_OBSERVER
 
     def __call__(self, cfg: GuardConfig, argv: tuple[str, ...]) -> Prepared:
         """The prepared launch for `argv` under `cfg`; Refused when the policy says so."""
@@ -93,7 +96,7 @@ class Preflight:
         decision = prepared.decision
         if decision is None:
             return prepared
-        journal_preflight(self.journal, decision, prepared.options, self.seen)
+        journal_preflight(self.journal, decision, prepared.options, self.seen, self.observer)
         log = get_logger()
         for finding in decision.findings:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,
@@ -119,10 +122,11 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     journal = open_journal(opts.state_dir)
     prefix = launch_prefix(cfg, opts.python)
     release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
-                              python=None if cfg.sglang.launch else prefix[0],
+                              python=cfg.sglang.python if cfg.sglang.launch else prefix[0],
                               unknown_why="[sglang] launch names no interpreter to read; "
-                                          "set [sglang] version")
-    preflight = Preflight(opts.state_dir, opts.preflight, journal, release)
+                                          "set [sglang] python or version")
+    preflight = Preflight(opts.state_dir, opts.preflight, journal, release,
+                          observer=opts.observer)
     first = preflight(cfg, opts.argv)
     env = Env(options=first.options, matcher=Matcher(load_packs(cfg, first.options)),
               restart=cfg.restart, health=cfg.health, arch=first.arch, sm=first.sm,
@@ -131,7 +135,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     reloader = Reloader(cfg=cfg, overrides=opts.overrides, prepare=preflight, base=first.cl,
                         argv_from_cli=None if opts.argv_from_config else opts.argv)
     rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env, reload=reloader.reload,
-                 watch=watched_files(cfg, first))
+                 watch=watched_files(cfg, first), observer=opts.observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
     return run_supervisor(rt, first.cl, journal)
@@ -147,3 +151,4 @@ def watched_files(cfg: GuardConfig, prepared: Prepared) -> dict[str, Kind]:
     for pack in cfg.rules.packs:
         files[pack] = "rule_pack"
     return files
+

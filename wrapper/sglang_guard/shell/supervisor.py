@@ -54,6 +54,7 @@ from sglang_guard.shell.files import write_atomic
 from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
+from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.proctree import find_orphans, stop_tree
 from sglang_guard.shell.timers import Timers
 from sglang_guard.shell.watch import FileWatcher, Kind
@@ -79,6 +80,7 @@ class Runtime:
     stdout: BinaryIO = sys.stdout.buffer
     stderr: BinaryIO = sys.stderr.buffer
     child_env: dict[str, str] | None = None
+    observer: Observer = NO_OBSERVER  # the status port's hooks (shell/status.py)
 
 
 class Supervisor:
@@ -113,14 +115,17 @@ class Supervisor:
         watcher = FileWatcher(self.events, self.rt.watch) if self.rt.watch else None
         if watcher is not None:
             watcher.start()
+        self.rt.observer.attach(self.events)
         try:
             self.state, actions = machine.start(self.state, self.rt.env)
+            self.rt.observer.step(self.state, self.rt.env, actions)
             code = self._act(actions)
             while code is None:
                 event = self.events.get()
                 self.state, actions = machine.step(
                     self.state, event, self.rt.env, time.monotonic(), random.random()  # noqa: S311
                 )
+                self.rt.observer.step(self.state, self.rt.env, actions)
                 code = self._act(actions)
             return code
         finally:
@@ -306,6 +311,7 @@ class Supervisor:
     # -- helpers ---------------------------------------------------------------------------
 
     def _record(self, record: dict[str, Any]) -> None:
+        self.rt.observer.record(record)
         if self.journal is not None and not self.journal.write(record):
             self.log.error("journal.write_failed", path=str(self.journal.path),
                            error=self.journal.error)

@@ -1,0 +1,91 @@
+"""`sglang-guard serve ARGS…`: `sglang serve`'s arguments, the child launched as `sglang serve`.
+
+The environment's `sglang` script is the fake child's launcher (beside a `python` link), so
+the argv SGLang would see is recorded as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from sglang_guard.errors import EXIT_OK
+from sglang_guard.serve import split_args
+
+from .test_cli_run import guard_toml
+from .test_status_port import server  # noqa: F401 - the health-server fixture
+from .test_supervisor import PACK_TEXT, HealthServer, Launcher, count, ready_then_wait, wait_for
+
+
+def test_split_args_reads_the_argv_as_sglang_serve_does() -> None:
+    assert split_args(["/models/m", "--port", "1"]) == ((), ("--model-path", "/models/m",
+                                                              "--port", "1"))
+    assert split_args(["--model-type", "llm", "--model-path", "/m"]) == (
+        ("--model-type", "llm"), ("--model-path", "/m"))
+    assert split_args(["/m", "--model-type=llm", "--tp", "2"]) == (
+        ("--model-type=llm",), ("--model-path", "/m", "--tp", "2"))
+    assert split_args(["--port", "1"]) == ((), ("--port", "1"))
+
+
+def _env(tmp_path: Path, launcher: Launcher, *, with_launch: bool) -> dict[str, str]:
+    pack = tmp_path / "rules.toml"
+    pack.write_text(PACK_TEXT)
+    config = guard_toml(tmp_path, launcher, pack)
+    if not with_launch:  # the guard finds `sglang` beside the interpreter instead
+        config.write_text("\n".join(line for line in config.read_text().splitlines()
+                                    if not line.startswith("launch =")) + "\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)
+    script = bindir / "sglang"
+    script.write_text(f"#!/bin/sh\nexec {' '.join(launcher.command)} \"$@\"\n")
+    script.chmod(0o755)
+    return {**os.environ, "SGLANG_GUARD_CONFIG": str(config),
+            "SGLANG_GUARD_PYTHON": str(bindir / "python"), "SGLANG_GUARD_PREFLIGHT": "0",
+            "SGLANG_GUARD_STATE_DIR": str(tmp_path / "state"),
+            "SGLANG_GUARD_STATUS_LISTEN": "off"}
+
+
+def _serve_until_ready(tmp_path: Path, env: dict[str, str], args: list[str]) -> int:
+    proc = subprocess.Popen([sys.executable, "-m", "sglang_guard", "serve", *args], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: count(tmp_path / "state", "ready") >= 1, what="ready")
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
+def test_serve_launches_sglang_serve_with_the_same_arguments(
+        tmp_path: Path, server: HealthServer) -> None:  # noqa: F811 - the fixture
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    env = _env(tmp_path, launcher, with_launch=False)
+    args = ["/models/fake", "--port", str(server.port), "--model-type", "llm"]
+    assert _serve_until_ready(tmp_path, env, args) == EXIT_OK
+    assert launcher.argvs() == [["serve", "--model-type", "llm", "--model-path", "/models/fake",
+                                 "--port", str(server.port)]]
+
+
+def test_a_configured_launch_command_is_kept(tmp_path: Path, server: HealthServer  # noqa: F811
+                                             ) -> None:
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    env = _env(tmp_path, launcher, with_launch=True)
+    assert _serve_until_ready(tmp_path, env, ["/models/fake", "--port", str(server.port)]) == 0
+    assert launcher.argvs() == [["--model-path", "/models/fake", "--port", str(server.port)]]
+
+
+def test_serve_help_without_sglang_says_so() -> None:
+    env = {**os.environ, "SGLANG_GUARD_PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-m", "sglang_guard", "serve", "--help"], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0
+    assert "usage: sglang-guard serve" in out.stdout
+    assert "SGLang is not installed" in out.stdout

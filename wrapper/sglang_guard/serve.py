@@ -1,0 +1,103 @@
+"""`sglang-guard serve ARGS…`: exactly what `sglang serve ARGS…` takes, launched that way.
+
+SGLang 0.5.23's `sglang serve` (sglang/cli/serve.py) takes the model path as its first
+positional argument or as `--model-path`, picks a backend with `--model-type` (default
+auto), and hands the rest to launch_server's parser. The guard reads the same argv: the
+positional model becomes `--model-path` for preflight, `--model-type` stays with the launch
+command, and the child is `sglang serve …`. Guard settings come from the environment and
+config files, as for the drop-in launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+
+from sglang_guard.cli import guarded
+from sglang_guard.launch_server import GUARD_LINE, guard_config_from_env
+
+_SELECTOR = "--model-type"
+
+
+def split_args(args: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(`sglang serve`'s own options, the server arguments), read as serve.py reads them."""
+    own: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == _SELECTOR and i + 1 < len(args):
+            own += [arg, args[i + 1]]
+            i += 2
+            continue
+        if arg.startswith(f"{_SELECTOR}="):
+            own.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    if rest and not rest[0].startswith("-"):  # `sglang serve MODEL …`
+        rest = ["--model-path", rest[0], *rest[1:]]
+    return tuple(own), tuple(rest)
+
+
+def python() -> str:
+    """The interpreter that has SGLang ($SGLANG_GUARD_PYTHON, else the guard's own)."""
+    return os.environ.get("SGLANG_GUARD_PYTHON") or sys.executable
+
+
+def sglang_command(py: str) -> list[str]:
+    """The `sglang` console script of `py`'s environment (beside it), else one on PATH."""
+    beside = Path(py).with_name("sglang")
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    found = shutil.which("sglang")
+    if found:
+        return [found]
+    # No script installed: the same entry point, through the interpreter.
+    return [py, "-c", "import sys; from sglang.cli.main import main; sys.exit(main())"]
+
+
+def show_help(args: Sequence[str]) -> int:
+    """`sglang serve --help` as SGLang prints it, plus one paragraph about the guard."""
+    own, _ = split_args([a for a in args if a not in ("-h", "--help")])
+    try:
+        out = subprocess.run([*sglang_command(python()), "serve", *own, "--help"],
+                             capture_output=True, text=True, timeout=300, check=False)
+        text = out.stdout if out.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        text = ""
+    if not text:
+        text = ("usage: sglang-guard serve [sglang serve arguments]\n\n"
+                f"SGLang is not installed for {python()}: its help cannot be shown.\n")
+    sys.stdout.write(text + GUARD_LINE)
+    return 0
+
+
+def main(args: Sequence[str]) -> None:
+    """`sglang-guard serve ARGS…`."""
+    if "-h" in args or "--help" in args:
+        sys.exit(show_help(args))
+    _serve(list(args))
+
+
+@guarded
+def _serve(args: list[str]) -> None:
+    from sglang_guard.shell import logsetup  # noqa: PLC0415
+    from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
+    from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
+    from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
+
+    cfg = guard_config_from_env()
+    logsetup.configure(cfg.log_format)
+    own, server_args = split_args(args)
+    py = os.environ.get("SGLANG_GUARD_PYTHON") or cfg.sglang.python or sys.executable
+    launch = (*(cfg.sglang.launch or (*sglang_command(py), "serve")), *own)
+    cfg = replace(cfg, sglang=replace(cfg.sglang, launch=launch, python=py))
+    opts = RunOptions(argv=server_args, python=py, state_dir=cfg.state_dir or default_state_dir(),
+                      preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
+    sys.exit(run_with_status(cfg, opts))
