@@ -121,8 +121,9 @@ class GuardProc:
 
     def observe(self) -> list[psutil.Process]:
         """Remember the guard's current descendants and SGLang's pgid; the live tree."""
-        with contextlib.suppress(OSError, ValueError):
-            self.child_pgids.add(int((self.state_dir / "child.pgid").read_text().strip()))
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            record = json.loads((self.state_dir / "child.pgid").read_text())
+            self.child_pgids.add(int(record["pgid"]))
         tree: list[psutil.Process] = []
         with contextlib.suppress(psutil.Error):
             tree = psutil.Process(self.proc.pid).children(recursive=True)

@@ -13,7 +13,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
+
+import psutil
 
 from integration.conftest import wait_gone
 from integration.test_cli_run import argv_for, guard_toml, leftovers
@@ -129,3 +132,31 @@ def test_child_sigkilled_is_restarted_and_its_output_kept(
     assert exits[0] == -signal.SIGKILL
     assert [r["event"] for r in records].count("backoff") == 1  # a crash, within the limits
     assert leftovers(launcher) == []
+
+
+def test_a_planted_child_record_naming_a_stranger_does_not_get_it_killed(
+        tmp_path: Path, pack: Path, start_guard: Start) -> None:
+    # A stranger in its own session, and a child.pgid naming it with its true start time:
+    # what a SIGKILLed guard's file looks like after pid reuse, or what anyone can plant.
+    stranger = subprocess.Popen(["sleep", "300"], start_new_session=True)
+    try:
+        started = psutil.Process(stranger.pid).create_time()
+        state = tmp_path / "state"
+        state.mkdir(mode=0o700)
+        (state / "child.pgid").write_text(json.dumps(
+            {"pgid": stranger.pid, "procs": [[stranger.pid, started]]}))
+        launcher = Launcher(tmp_path, [ready_then_wait()])
+        with HealthServer() as server:
+            run = start_guard(tmp_path, guard_toml(tmp_path, launcher, pack, stop_grace_s=0.3),
+                              argv_for(server.port), state)
+            wait_for(lambda: count(state, "ready") >= 1, what="ready")
+            run.proc.send_signal(signal.SIGTERM)
+            code, _, err = run.wait(30)
+        assert code == EXIT_OK, err
+        assert stranger.poll() is None, "the guard killed a process it never started"
+        left = [r for r in journal_events(state) if r["event"] == "orphans.left"]
+        assert len(left) == 1, left
+        assert "orphans.stopped" not in [r["event"] for r in journal_events(state)]
+    finally:
+        stranger.kill()
+        stranger.wait()

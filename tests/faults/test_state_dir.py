@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +35,7 @@ from integration.test_supervisor import (
 )
 from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
-from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
 
 from .conftest import GuardRun
 
@@ -110,7 +111,12 @@ def test_journal_on_dev_full_supervision_goes_on(
         tmp_path: Path, pack: Path, start_guard: type[GuardRun]) -> None:
     state = tmp_path / "state"
     state.mkdir()
-    (state / "journal.jsonl").symlink_to("/dev/full")
+    # /dev/full's own device node, not a symlink to it: the journal is opened O_NOFOLLOW
+    full = Path("/dev/full").stat()
+    try:
+        os.mknod(state / "journal.jsonl", stat.S_IFCHR | 0o600, full.st_rdev)
+    except PermissionError as exc:
+        pytest.skip(f"cannot make a device node here (needs CAP_MKNOD): {exc}")
     err, _ = _fix_survives(tmp_path, pack, state, start_guard, lambda: None)
     assert err.count('"journal.write_failed"') == 1, err  # said once, not per event
     assert "No space left on device" in err
@@ -141,3 +147,63 @@ def test_state_dir_fills_up_mid_run_supervision_goes_on(
     events = [r["event"] for r in journal_events(state)]
     assert events[:2] == ["child.start", "ready"]
     assert events[-1] == "guard.exit"
+
+
+def test_a_second_guard_on_the_same_state_dir_exits_2_and_leaves_the_first_alone(
+        tmp_path: Path, pack: Path, start_guard: type[GuardRun]) -> None:
+    state = tmp_path / "state"
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    with HealthServer() as server:
+        config = guard_toml(tmp_path, launcher, pack, stop_grace_s=0.5)
+        first = start_guard(tmp_path, config, argv_for(server.port), state)
+        wait_for(lambda: count(state, "ready") >= 1, what="the first guard's server ready")
+        second = start_guard(tmp_path / "second", config, argv_for(server.port), state)
+        code, _, err = second.wait(30)
+        assert code == EXIT_USAGE, err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert str(state) in lines[0] and f"pid {first.proc.pid}" in lines[0], lines[0]
+        # the first guard's server was not touched: still one launch, still running
+        assert first.proc.poll() is None
+        assert len(launcher.argvs()) == 1
+        assert "orphans.stopped" not in [r["event"] for r in journal_events(state)]
+        first.proc.send_signal(signal.SIGTERM)
+        code, _, err = first.wait(30)
+    assert code == EXIT_OK, err
+    assert leftovers(launcher) == []
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o775])
+def test_a_state_dir_others_may_write_is_refused_with_one_line(
+        tmp_path: Path, pack: Path, start_guard: type[GuardRun], mode: int) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(mode)
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    run = start_guard(tmp_path, guard_toml(tmp_path, launcher, pack), argv_for(free_port()),
+                      state)
+    code, _, err = run.wait(30)
+    assert code == EXIT_USAGE, err
+    assert err.count("\n") == 1 and "writable by other users" in err and str(state) in err, err
+    assert launcher.argvs() == []  # nothing launched
+
+
+def test_planted_symlinks_in_the_state_dir_are_never_written_through(
+        tmp_path: Path, pack: Path, start_guard: type[GuardRun]) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (state / "journal.jsonl").symlink_to(victim)
+    (state / "child.pgid").symlink_to(victim)
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    with HealthServer() as server:
+        run = start_guard(tmp_path, guard_toml(tmp_path, launcher, pack, stop_grace_s=0.3),
+                          argv_for(server.port), state)
+        wait_for(lambda: b"fired up" in run.stdout_path.read_bytes(), what="ready line")
+        run.proc.send_signal(signal.SIGTERM)
+        code, _, err = run.wait(30)
+    assert code == EXIT_OK, err
+    assert victim.read_text() == "precious\n"
+    assert "journal.unavailable" in err  # said once; supervision went on without it
+    assert not [p for p in state.iterdir() if p.name.endswith(".tmp")]

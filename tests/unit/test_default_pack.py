@@ -15,12 +15,24 @@ from packaging.version import Version
 
 from sglang_guard.core.logline import clean
 from sglang_guard.core.releases import known_releases, load_release
-from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, first_fix, load_default_pack
+from sglang_guard.core.rules import (
+    Fix,
+    MatchContext,
+    Matcher,
+    Rule,
+    burst_fix,
+    first_fix,
+    load_default_pack,
+)
 from sglang_guard.resources import config_path
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MESSAGES: dict[str, Any] = tomllib.loads(
     (DATA / "sglang-messages-0.5.23.toml").read_text(encoding="utf-8")
+)
+# Messages of other releases (issue 12: a rule per release's wording, with its range).
+OTHER: dict[str, Any] = tomllib.loads(
+    (DATA / "sglang-messages-other-releases.toml").read_text(encoding="utf-8")
 )
 PACK = load_default_pack()
 MATCHER = Matcher([PACK])
@@ -50,7 +62,8 @@ def test_each_message_is_caught_by_its_rule(msg: dict[str, str]) -> None:
 
 @pytest.mark.parametrize("rule", PACK.rules, ids=lambda r: r.id)
 def test_each_rule_has_a_message_and_a_source(rule: Rule) -> None:
-    caught = [m for m in MESSAGES["message"] if rule in MATCHER.candidates(m["text"])]
+    every = MESSAGES["message"] + OTHER["message"]
+    caught = [m for m in every if rule in MATCHER.candidates(m["text"])]
     assert caught, f"no message in the data file exercises {rule.id}"
     assert rule.source and rule.reason
 
@@ -310,3 +323,117 @@ def test_sources_cite_lines_that_hold_the_message() -> None:
         if len(longest) < 8 or longest not in msg["text"]:
             bad.append((msg["source"], longest, msg["text"][:60]))
     assert bad == []
+
+
+# --- messages of other releases, and the rules added for issue 12 --------------------------
+
+@pytest.mark.parametrize("msg", OTHER["message"], ids=lambda m: f"{m['rule']}@{m['release']}")
+def test_each_other_release_message_is_caught_by_its_rule(msg: dict[str, str]) -> None:
+    matched = [r.id for r in MATCHER.candidates(clean(msg["text"].encode(), 4096))]
+    assert msg["rule"] in matched, f"{msg['text']!r} matched {matched}"
+    assert msg["absent_from_0_5_23"] in msg["text"]
+
+
+def test_other_release_wordings_are_not_in_0_5_23() -> None:
+    root = Path(os.environ.get("SGLANG_SRC", "/tmp/sgsrc/src"))
+    if not (root / "sglang" / "srt").is_dir():
+        pytest.skip("SGLang 0.5.23 source not unpacked (set SGLANG_SRC)")
+    pieces = {m["absent_from_0_5_23"] for m in OTHER["message"]}
+    found = {
+        p
+        for path in (root / "sglang").rglob("*.py")
+        for p in pieces
+        if p in path.read_text(encoding="utf-8", errors="replace")
+    }
+    assert found == set()
+
+
+def test_kv_budget_is_raised_just_above_what_sglang_names_and_capped() -> None:
+    line = (
+        "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+        "--mem-fraction-static=0.8. Raise --mem-fraction-static above 0.912 (minimum viable = "
+        "1 - available/pre = 0.9113). If using speculative decoding, draft weights are now counted."
+    )
+    fix = _fix(line, _ctx({"--mem-fraction-static": "0.8"}))
+    assert fix is not None and (fix.rule.id, fix.new_value) == ("kv-no-memory-raise-above", "0.922")
+    # SGLang needs more than the cap: no fix (the guard gives up), never a futile raise.
+    assert _fix(line.replace("above 0.912", "above 0.97"), _ctx({})) is None
+
+
+def test_capture_failure_under_torch_compile_drops_it_but_oom_takes_the_ladder() -> None:
+    flags: dict[str, str | None] = {"--enable-torch-compile": None, "--mem-fraction-static": "0.8"}
+    fix = _fix("Exception: Capture cuda graph failed: ", _ctx(flags))
+    assert fix is not None and (fix.action, fix.flag) == ("drop_flag", "--enable-torch-compile")
+    fix = _fix("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2 GiB",
+               _ctx(flags))
+    assert fix is not None and fix.flag == "--mem-fraction-static"
+    assert _fix("Exception: Capture cuda graph failed: ", _ctx({})) is None
+
+
+def test_hybrid_gdn_gate_rewrites_to_a_listed_backend() -> None:
+    line = ("AssertionError: Only {'trtllm_mha', 'triton', 'fa4'} backends are supported on "
+            "Blackwell GPUs for hybrid GDN models. Got attention_backend=flashinfer.")
+    fix = _fix(line, _ctx({"--attention-backend": "flashinfer"}))
+    assert fix is not None and (fix.flag, fix.new_value) == ("--attention-backend", "triton")
+    fix = _fix(line, _ctx({}))
+    assert fix is not None and (fix.action, fix.new_value) == ("set_flag", "triton")
+
+
+def test_vision_fa3_on_blackwell_without_a_flag_picks_by_sm() -> None:
+    line = "ValueError: The 'fa3' backend is not supported on Blackwell GPUs"
+    assert (fix := _fix(line, _ctx({}, sm=100))) is not None and fix.new_value == "fa4"
+    assert (fix := _fix(line, _ctx({}, sm=103))) is not None and fix.new_value == "triton_attn"
+    # The flag given: drop it first, SGLang's own default chooses again.
+    fix = _fix(line, _ctx({"--mm-attention-backend": "fa3"}, sm=100))
+    assert fix is not None and (fix.action, fix.flag) == ("drop_flag", "--mm-attention-backend")
+
+
+def test_speculative_constraints_take_sglangs_advice() -> None:
+    flags: dict[str, str | None] = {"--speculative-eagle-topk": "4", "--page-size": "64"}
+    fix = _fix("ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.",
+               _ctx(flags))
+    assert fix is not None and (fix.flag, fix.new_value) == ("--speculative-eagle-topk", "1")
+    fix = _fix(
+        "ValueError: speculative_eagle_topk > 1 with page_size > 1 is only supported on "
+        "('flashinfer', 'fa3', 'triton'); got attention_backend='trtllm_mla'. Use page_size == 1 "
+        "or one of those backends.",
+        _ctx(flags),
+    )
+    assert fix is not None and (fix.flag, fix.new_value) == ("--page-size", "1")
+
+
+def test_no_peer_access_disables_the_custom_all_reduce() -> None:
+    fix = _fix("RuntimeError: CUDART error: peer access is not supported between these two devices",
+               _ctx({"--tp-size": "2"}))
+    assert fix is not None and (fix.action, fix.flag, fix.new_value) == (
+        "set_flag", "--disable-custom-all-reduce", None)
+    assert _fix("RuntimeError: CUDART error: peer access is not supported between these two "
+                "devices", _ctx({"--disable-custom-all-reduce": None})) is None
+
+
+def test_release_ranges_limit_rules_to_the_releases_that_print_their_message() -> None:
+    old = ("ValueError: TRTLLM MHA backend for prefill is only supported on Blackwell GPUs "
+           "(SM100). Please use a different prefill backend.")
+    flags: dict[str, str | None] = {"--attention-backend": "trtllm_mha"}
+
+    def at(version: str | None) -> Fix | None:
+        ctx = MatchContext(flags=flags, arch="unknown", sm=None, sglang_version=version)
+        return first_fix(MATCHER, old, ctx, {})[0]
+
+    assert (fix := at("0.5.18")) is not None and fix.action == "drop_flag"
+    assert at("0.5.23") is None and at("0.5.9") is None
+    assert at(None) is not None  # an unknown release never excludes a rule
+    kv = ("ValueError: Loaded weights leave no GPU memory for the KV cache under "
+          "--mem-fraction-static=0.8. Raise --mem-fraction-static above 0.912 (minimum")
+    ctx = MatchContext(flags={}, arch="unknown", sm=None, sglang_version="0.5.13")
+    assert first_fix(MATCHER, kv, ctx, {})[0] is None
+
+
+def test_real_kv_budget_failure_is_raised_to_what_sglang_names() -> None:
+    """Real SGLang 0.5.23 on CPU with --mem-fraction-static 0.01 (tests/data/sglang-logs)."""
+    path = DATA / "sglang-logs" / "llama-mem-fraction-low.log"
+    lines = [clean(raw, 4096) for raw in path.read_bytes().splitlines()
+             if not raw.startswith(b"# ")]
+    ctx = _ctx({"--mem-fraction-static": "0.01"})
+    fix = burst_fix(MATCHER, lines, ctx)
+    assert fix is not None and (fix.rule.id, fix.new_value) == ("kv-no-memory-raise-above", "0.048")

@@ -154,3 +154,24 @@ def test_the_default_pack_is_used_without_a_config(tmp_path: Path,
     (match,) = explain_log(str(log), GuardConfig())
     assert match.rule.pack == "default"
     assert match.rule.priority < 0
+
+
+def test_explain_with_the_command_line_names_the_one_flag_change(files: Files) -> None:
+    log, config, _ = files
+    runner = CliRunner()
+    args = ["explain", "--config", str(config), str(log), "--",
+            "--model-path", "m", "--attention-backend", "fa3"]
+    result = runner.invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "fix: drop --attention-backend fa3 (fa3-sm)" in result.output
+    result = runner.invoke(main, ["explain", "--config", str(config), "--json",
+                                  "--argv", "--model-path m", str(log)])
+    doc = json.loads(result.output)
+    # fa3-sm has nothing to drop here; the next specific line's rule sets the memory flag.
+    assert doc["fix"]["rule"] == "mem-low" and doc["fix"]["new_value"] == "0.8"
+
+
+def test_explain_without_a_command_line_names_no_fix(files: Files) -> None:
+    log, config, _ = files
+    result = CliRunner().invoke(main, ["explain", "--config", str(config), "--json", str(log)])
+    assert "fix" not in json.loads(result.output)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from sglang_guard.core.options import OptionTable
-from sglang_guard.core.redact import MASK, is_secret_dest, redact_argv, redact_text
+from sglang_guard.core.redact import (
+    MASK,
+    is_secret_dest,
+    redact_argv,
+    redact_record,
+    redact_text,
+)
 
 M = MASK
 
@@ -67,3 +73,42 @@ def test_is_secret_dest(dest: str, secret: bool) -> None:
 )
 def test_redact_text(text: str, expected: str) -> None:
     assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("https://bob:PASS@collector:4317/v1", f"https://{M}@collector:4317/v1"),
+        ("--otlp-traces-endpoint=grpc://tok@h:1", f"--otlp-traces-endpoint=grpc://{M}@h:1"),
+        ("mail bob@example.com", "mail bob@example.com"),  # not a URL: left as it is
+        ('{"secret_access_key": "AKIA1", "bucket": "b"}',
+         f'{{"secret_access_key": "{M}", "bucket": "b"}}'),
+        ('{"aws_access_key_id": "AKIA1"}', '{"aws_access_key_id": "AKIA1"}'),  # an id, not a key
+        ("client_secret=xyz", f"client_secret={M}"),
+        ("hf_token: abc", f"hf_token: {M}"),
+        ("max_tokens=8 max_total_tokens=9", "max_tokens=8 max_total_tokens=9"),
+    ],
+)
+def test_urls_and_secret_keys_inside_json_are_masked(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
+
+
+def test_a_record_about_a_secret_flag_hides_its_values() -> None:
+    record = {"event": "remediated", "flag": "--api-key", "old_value": "plain-old",
+              "new_value": "plain-new", "line": "token=abc",
+              "argv_after": ["--otlp-traces-endpoint", "https://u:p@h"],
+              "nested": {"k": ["password=pw"]}}
+    out = redact_record(record)
+    assert out["old_value"] == out["new_value"] == M
+    assert out["line"] == f"token={M}"
+    assert out["argv_after"] == ["--otlp-traces-endpoint", f"https://{M}@h"]
+    assert out["nested"] == {"k": [f"password={M}"]}
+    plain = redact_record({"flag": "--mem-fraction-static", "old_value": "0.9",
+                           "new_value": "0.8"})
+    assert (plain["old_value"], plain["new_value"]) == ("0.9", "0.8")
+
+
+def test_a_double_dash_does_not_mask_the_next_token(options: OptionTable) -> None:
+    # `--` is a prefix of every option, so it looked like an ambiguous secret flag
+    assert redact_argv(["--model-path", "m", "--", "x", "api_key=k"], options) == [
+        "--model-path", "m", "--", "x", f"api_key={M}"]

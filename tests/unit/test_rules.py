@@ -489,6 +489,63 @@ def test_clean_is_fast_enough_for_every_line() -> None:
     assert rate > 100_000, f"{rate:.0f} lines/s"
 
 
+# --- values taken from the matched line (named groups) -----------------------------------
+
+KV = (
+    'id = "kv"\npattern = \'under --mem-fraction-static=(?P<current>[0-9.]+)\\. Raise '
+    '--mem-fraction-static above (?P<y>[0-9.]+)\'\naction = "set_flag"\n'
+    'flags = ["--mem-fraction-static"]\nnew_value = "above:y"\nmaximum = 0.95\n'
+)
+KV_LINE = (
+    "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+    "--mem-fraction-static=0.8. Raise --mem-fraction-static above 0.912 (minimum viable"
+)
+
+
+def test_above_sets_just_above_the_number_sglang_names() -> None:
+    fix = plan_fix(rule(KV), ctx({"--mem-fraction-static": "0.8"}), KV_LINE)
+    assert fix is not None and (fix.flag, fix.old_value, fix.new_value) == (
+        "--mem-fraction-static", "0.8", "0.922")
+    # The flag absent: the same value (SGLang's own default ran; the line says which).
+    fix = plan_fix(rule(KV), ctx({}), KV_LINE)
+    assert fix is not None and fix.new_value == "0.922"
+
+
+def test_above_never_goes_past_the_cap_or_down() -> None:
+    over = KV_LINE.replace("above 0.912", "above 0.951")
+    assert plan_fix(rule(KV), ctx({"--mem-fraction-static": "0.8"}), over) is None
+    assert plan_fix(rule(KV), ctx({"--mem-fraction-static": "0.93"}), KV_LINE) is None
+    assert plan_fix(rule(KV), ctx({"--mem-fraction-static": "0.8"}), None) is None
+
+
+def test_above_needs_its_group_in_the_pattern() -> None:
+    body = KV.replace('new_value = "above:y"', 'new_value = "above:z"')
+    with pytest.raises(ConfigError, match="no group"):
+        rule(body)
+    with pytest.raises(ConfigError, match="only a maximum"):
+        rule(KV + "minimum = 0.5\n")
+
+
+def test_scale_base_is_the_value_the_line_names_when_the_flag_is_absent() -> None:
+    body = (
+        'id = "ne"\npattern = \'Not enough memory\\..*mem_fraction_static=(?P<current>[0-9.]+)\'\n'
+        'action = "set_flag"\nflags = ["--mem-fraction-static"]\nnew_value = "scale:1.1"\n'
+        'default = "0.85"\nmaximum = 0.95\n'
+    )
+    line = ("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. "
+            "Current value: mem_fraction_static=0.5")
+    assert (fix := plan_fix(rule(body), ctx({}), line)) is not None and fix.new_value == "0.55"
+    # The command line wins over the line, and no line means the rule's default.
+    fix = plan_fix(rule(body), ctx({"--mem-fraction-static": "0.6"}), line)
+    assert fix is not None and fix.new_value == "0.66"
+    assert (fix := plan_fix(rule(body), ctx({}))) is not None and fix.new_value == "0.935"
+
+
+def test_first_fix_hands_the_line_to_the_plan() -> None:
+    m = Matcher([pack("[[rules]]\n" + KV)])
+    fix, _ = first_fix(m, KV_LINE, ctx({"--mem-fraction-static": "0.8"}), {})
+    assert fix is not None and fix.new_value == "0.922"
+
 # --- fixes the running release's parser would take ----------------------------------------
 
 

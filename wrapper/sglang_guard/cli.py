@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -109,7 +110,8 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
 
     Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
     """
-    from sglang_guard.shell.inputs import default_state_dir, prepare  # noqa: PLC0415
+    from sglang_guard.shell.inputs import prepare  # noqa: PLC0415
+    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.shell.whichrelease import resolve_release  # noqa: PLC0415
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
@@ -118,8 +120,9 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
         version=sglang_version or cfg.sglang.version,
         version_source="--sglang-version" if sglang_version else "[sglang] version",
         python=python or cfg.sglang.python)
-    prepared = prepare(cfg.gpu_sm, cfg.policy, sglang_args(cfg, args),
-                       state_dir or cfg.state_dir or default_state_dir(), release)
+    argv = sglang_args(cfg, args)
+    prepared = prepare(cfg.gpu_sm, cfg.policy, argv,
+                       state_dir or cfg.state_dir or default_run_state_dir(argv), release)
     decision, inputs = prepared.decision, prepared.inputs
     assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
     if as_json:
@@ -133,8 +136,9 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
 @_common
 @click.option("--python", "python", default=None, metavar="PATH",
               help="Interpreter that runs `-m sglang.launch_server` (default: this one).")
-@click.option("--state-dir", default=None, help="Journal and derived configs (default: "
-              "$SGLANG_GUARD_STATE_DIR, else ~/.local/state/sglang-guard).")
+@click.option("--state-dir", default=None, help="Journal and derived configs, one guard per "
+              "dir (default: $SGLANG_GUARD_STATE_DIR, else $XDG_STATE_HOME or ~/.local/state, "
+              "or /var/lib for root, then sglang-guard/port-<--port>).")
 @click.option("--no-preflight", is_flag=True, help="Skip preflight: only the log rules act.")
 @click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -149,8 +153,9 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     2 for bad usage or input.
     """
     from sglang_guard.shell import logsetup  # noqa: PLC0415
-    from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
+    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
+    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
@@ -159,11 +164,12 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     def overrides(fresh: GuardConfig) -> GuardConfig:
         return with_overrides(fresh, policy, gpu_sm)
 
-    opts = RunOptions(argv=tuple(sglang_args(cfg, args)), python=python,
-                      state_dir=state_dir or cfg.state_dir or default_state_dir(),
+    argv = tuple(sglang_args(cfg, args))
+    opts = RunOptions(argv=argv, python=python,
+                      state_dir=state_dir or cfg.state_dir or default_run_state_dir(argv),
                       preflight=not no_preflight, argv_from_config=not args,
                       overrides=overrides)
-    sys.exit(run_with_status(cfg, opts))
+    exit_process(run_guarded(cfg, opts, run_with_status))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -180,28 +186,52 @@ def serve(args: tuple[str, ...]) -> None:
     serve_main(args)
 
 
-@main.command()
+@main.command(context_settings={"ignore_unknown_options": True})
 @click.option("--json", "as_json", is_flag=True, help="JSON output: {\"matches\": [...]}.")
 @click.option("--config", "config_path", default=None, metavar="GUARD.toml",
               help="The guard's config (for extra rule packs).")
 @click.option("--all", "show_all", is_flag=True,
               help="List every match, not only the first fatal one.")
+@click.option("--argv", "argv_text", default=None, metavar="'ARGS'",
+              help="The SGLang command line that failed (or give it after --): name the fix.")
+@click.option("--gpu-sm", "gpu_sm", type=int, default=None, metavar="SM",
+              help="The GPU's SM (90, 100, ...) for rules that depend on it (default: unknown).")
 @click.argument("logfile", type=click.Path(allow_dash=True, dir_okay=False))
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
 @guarded
-def explain(as_json: bool, config_path: str | None, show_all: bool, logfile: str) -> None:
-    """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix."""
-    from sglang_guard.shell.explain import explain_log  # noqa: PLC0415
+def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: str | None,
+            gpu_sm: int | None, logfile: str, args: tuple[str, ...]) -> None:
+    """Run the rule packs over a saved log (a file, or - for stdin): which rule, which fix.
+
+    With the command line (--argv 'ARGS' or -- ARGS) it also names the one flag change the
+    guard would make to it, as the supervisor picks it from the whole failure output.
+    """
+    from sglang_guard.core.redact import redact_text, redact_value  # noqa: PLC0415
+    from sglang_guard.shell.explain import (  # noqa: PLC0415
+        explain_fix,
+        explain_log,
+        fix_as_dict,
+        matching_lines,
+        render_fix,
+    )
 
     cfg = load_config(config_path, None, None)
-    matches = explain_log(logfile, cfg)
-    if as_json:
-        click.echo(json.dumps({"matches": [m.as_dict() for m in matches]}, indent=2))
+    argv = [*shlex.split(argv_text or ""), *args]
+    with_argv = argv_text is not None or bool(args)
+    matches = explain_log(logfile, cfg)  # one streamed pass, bounded memory
+    fix = explain_fix(matching_lines(matches), cfg, argv, sm=gpu_sm) if with_argv else None
+    if as_json:  # log lines are masked like the guard's own output: a log may carry keys
+        doc: dict[str, object] = {"matches": [redact_value(m.as_dict()) for m in matches]}
+        if with_argv:
+            doc["fix"] = redact_value(fix_as_dict(fix))
+        click.echo(json.dumps(doc, indent=2))
         return
     if not matches:
         click.echo("no rule matches this log")
-        return
     for m in matches if show_all else matches[:1]:
-        click.echo(m.render())
+        click.echo(redact_text(m.render()))
+    if with_argv:
+        click.echo(redact_text(render_fix(fix)))
 
 
 @main.group()

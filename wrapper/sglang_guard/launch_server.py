@@ -19,6 +19,9 @@ from dataclasses import replace
 
 from sglang_guard.cli import guarded
 from sglang_guard.core.guardconfig import GuardConfig, with_overrides
+from sglang_guard.errors import InputError
+
+LOG_FORMATS = ("auto", "json", "console")
 
 GUARD_LINE = ("\n[sglang-guard] This server runs under sglang-guard: backend flags are checked "
               "against the model and GPU before launch, and fatal log lines are fixed and "
@@ -37,7 +40,10 @@ def guard_config_from_env() -> GuardConfig:
     if os.environ.get("SGLANG_GUARD_STATE_DIR"):
         cfg = replace(cfg, state_dir=os.environ["SGLANG_GUARD_STATE_DIR"])
     fmt = os.environ.get("SGLANG_GUARD_LOG_FORMAT")
-    if fmt in ("auto", "json", "console"):
+    if fmt:  # a typo is said, as for SGLANG_GUARD_POLICY, not silently ignored
+        if fmt not in LOG_FORMATS:
+            raise InputError(f"SGLANG_GUARD_LOG_FORMAT={fmt!r}: expected one of "
+                             f"{', '.join(LOG_FORMATS)}")
         cfg = replace(cfg, log_format=fmt)  # type: ignore[arg-type]
     return cfg
 
@@ -72,16 +78,17 @@ def main(argv: Sequence[str] | None = None) -> None:
 @guarded
 def _launch(args: list[str]) -> None:
     from sglang_guard.shell import logsetup  # noqa: PLC0415
-    from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
+    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
+    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
 
     cfg = guard_config_from_env()
     logsetup.configure(cfg.log_format)
     opts = RunOptions(argv=tuple(args), python=_python(),
-                      state_dir=cfg.state_dir or default_state_dir(),
+                      state_dir=cfg.state_dir or default_run_state_dir(args),
                       preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
-    sys.exit(run_with_status(cfg, opts))
+    exit_process(run_guarded(cfg, opts, run_with_status))
 
 
 if __name__ == "__main__":

@@ -88,8 +88,9 @@ def main(args: Sequence[str]) -> None:
 @guarded
 def _serve(args: list[str]) -> None:
     from sglang_guard.shell import logsetup  # noqa: PLC0415
-    from sglang_guard.shell.inputs import default_state_dir  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
+    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
+    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
 
     cfg = guard_config_from_env()
@@ -98,6 +99,7 @@ def _serve(args: list[str]) -> None:
     py = os.environ.get("SGLANG_GUARD_PYTHON") or cfg.sglang.python or sys.executable
     launch = (*(cfg.sglang.launch or (*sglang_command(py), "serve")), *own)
     cfg = replace(cfg, sglang=replace(cfg.sglang, launch=launch, python=py))
-    opts = RunOptions(argv=server_args, python=py, state_dir=cfg.state_dir or default_state_dir(),
+    opts = RunOptions(argv=server_args, python=py,
+                      state_dir=cfg.state_dir or default_run_state_dir(server_args),
                       preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
-    sys.exit(run_with_status(cfg, opts))
+    exit_process(run_guarded(cfg, opts, run_with_status))

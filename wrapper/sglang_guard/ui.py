@@ -64,7 +64,8 @@ def render_decision(decision: Decision, inputs: Inputs) -> str:
         if f.sglang_message:
             lines.append(f"          SGLang would fail with: {f.sglang_message}")
     if decision.derived_path:
-        lines.append(f"derived   {decision.derived_path} (your YAML minus/with the fixed keys)")
+        lines.append(f"derived   {decision.derived_path} (your YAML minus/with the fixed keys; "
+                     "`run` writes it, `check` only names it)")
     lines.append(f"verdict   {decision.verdict}")
     argv = ["python", "-m", "sglang.launch_server", *redact_argv(decision.argv_out, table)]
     lines.append("command   " + shlex.join(argv))

@@ -239,3 +239,22 @@ def _consume(
 def _bad_choice(spec: OptionSpec, values: tuple[str, ...]) -> str | None:
     bad = [v for v in values if spec.choices is not None and v not in spec.choices]
     return f"argument {spec.canonical}: invalid choice: {bad[0]!r}" if bad else None
+
+
+def remote_code_trust(cl: CommandLine) -> tuple[bool, str | None]:
+    """Whether SGLang would run the model's own code: (trusted, why not, when it was asked).
+
+    Only when SGLang's parser accepts the whole command line and stores True: it exits 2 on
+    `--trust-remote-code=no` (a store_true flag takes no value) and on a YAML
+    `trust-remote-code: "false"` (ConfigArgumentMerger passes a string as `--flag false`,
+    and `false` is then an unrecognized argument), so the model never loads with remote code.
+    """
+    occ = cl.last("trust_remote_code")
+    if occ is None:
+        return False, None
+    problems = ([occ.problem] if occ.problem else []) + [p for p in cl.problems
+                                                          if p != occ.problem]
+    if problems:
+        return False, (f"{occ.option} is not honoured: SGLang's parser would reject the command "
+                       f"line ({problems[0]}); the model is read without its remote code")
+    return True, None

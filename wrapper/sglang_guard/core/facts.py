@@ -66,3 +66,12 @@ class GpuFacts:
     def known(self) -> bool:
         """True when GPU-based checks can run."""
         return self.sm is not None
+
+
+def with_warning(facts: ModelFacts, note: str | None) -> ModelFacts:
+    """`facts` with `note` put before its own warning (unchanged when there is no note)."""
+    if not note:
+        return facts
+    warning = f"{note}; {facts.warning}" if facts.warning else note
+    return ModelFacts(facts.path, facts.architectures, facts.attention_arch, facts.model_type,
+                      warning)

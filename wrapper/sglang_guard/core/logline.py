@@ -89,6 +89,10 @@ _EXCEPTION = re.compile(
 _ARGPARSE = re.compile(r"[^\s:]{1,128}(?: [^\s:]{1,128})?: (?=error: )")
 
 
+# A log collector's line prefix, as in a pasted `docker compose` log ("svc  | ..."): dropped.
+_COLLECTOR = re.compile(r"[\w.-]{1,64}\s{1,16}\| ")
+
+
 def error_text(line: str) -> tuple[str, bool] | None:
     """The part of `line` a rule may match, and whether it must match at its start.
 
@@ -97,6 +101,9 @@ def error_text(line: str) -> tuple[str, bool] | None:
     the format does not show, only at the start of its message (True): a request record
     starts with "Receive:"/"Finish:", an access line with "INFO:", never with a rule's text.
     """
+    collector = _COLLECTOR.match(line)
+    if collector:
+        line = line[collector.end():]
     record = _RECORD.match(line)
     rest = line[record.end():] if record else line
     level = _ERROR_LEVEL.match(rest)

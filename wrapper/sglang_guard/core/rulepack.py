@@ -30,6 +30,10 @@ SCALE = "scale:"
 # When a rule acts: before SGLang is ready ("start", the default: most failures are a start
 # that cannot work), after it ("running"), or both ("any").
 PHASES = ("start", "running", "any")
+ABOVE = "above:"
+# A pattern's named group `current` (e.g. "under --mem-fraction-static=(?P<current>[0-9.]+)")
+# is the value SGLang ran with: the base of `scale:F` when the flag is not on the command line.
+CURRENT_GROUP = "current"
 
 RE2_OPTIONS = re2.Options()
 RE2_OPTIONS.log_errors = False  # a bad pattern becomes a ConfigError, not stderr noise
@@ -174,9 +178,14 @@ def _check_new_value(chk: Table, rule: Rule) -> None:
         raise chk.fail("new_value", "rewrite_value needs a new_value")
     if rule.action not in ("set_flag", "rewrite_value") and rule.new_value is not None:
         raise chk.fail("new_value", f"{rule.action} takes no new_value")
+    if rule.new_value is not None and rule.new_value.startswith(ABOVE):
+        _check_above(chk, rule)
+        return
     if rule.new_value is None or not rule.new_value.startswith(SCALE):
         if rule.default is not None or rule.minimum is not None or rule.maximum is not None:
-            raise chk.fail("default", "default/minimum/maximum only go with new_value 'scale:F'")
+            raise chk.fail(
+                "default", "default/minimum/maximum only go with new_value 'scale:F' or 'above:G'"
+            )
         return
     try:
         factor = float(rule.new_value[len(SCALE) :])
@@ -188,6 +197,17 @@ def _check_new_value(chk: Table, rule: Rule) -> None:
         raise chk.fail("default", f"{rule.default!r} is not a number")
     if rule.minimum is not None and rule.maximum is not None and rule.minimum > rule.maximum:
         raise chk.fail("minimum", "minimum is above maximum")
+
+
+def _check_above(chk: Table, rule: Rule) -> None:
+    """`above:G`: a value just above the number the pattern's named group G captures."""
+    assert rule.new_value is not None  # noqa: S101  (the caller checked)
+    group = rule.new_value[len(ABOVE) :]
+    if group not in compile_pattern(rule.pattern).groupindex:
+        problem = f"{rule.new_value!r}: the pattern has no group (?P<{group}>...)"
+        raise chk.fail("new_value", problem)
+    if rule.default is not None or rule.minimum is not None:
+        raise chk.fail("default", "above:G takes only a maximum (the cap)")
 
 
 def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 import re2
@@ -23,7 +24,9 @@ from packaging.version import InvalidVersion, Version
 from sglang_guard.core.logline import error_text
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rulepack import (
+    ABOVE,
     ACTIONS,
+    CURRENT_GROUP,
     FLAG_ACTIONS,
     RE2_OPTIONS,
     SCALE,
@@ -49,6 +52,8 @@ __all__ = [
     "RulePack",
     "advice_for",
     "advice_record",
+    "burst_fix",
+    "captures",
     "compile_pattern",
     "first_fix",
     "in_phase",
@@ -98,7 +103,8 @@ QUOTE_LEAD = r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*?"""
 # a letter or "- " (exception lines, argparse, a bare ERROR:). Indented traceback source,
 # warnings ("/path.py:71: UserWarning"), logged requests and access lines never pass it,
 # so those near-miss lines cost no per-line work.
-BLOCK_LEAD = (r"(?m)^(?:\[\d{4}-\d\d-\d\d [^\]\n]*\] (?:(?:ERROR|CRITICAL):[^\n]*?)?"
+BLOCK_LEAD = (r"(?m)^(?:[\w.-]{1,64}\s{1,16}\| )?"
+              r"(?:\[\d{4}-\d\d-\d\d [^\]\n]*\] (?:(?:ERROR|CRITICAL):[^\n]*?)?"
               r"|(?:- )?(?:[A-Za-z_][^\n]*?)?)")
 
 
@@ -195,10 +201,47 @@ class Matcher:
 _PLACEHOLDER = re2.compile(r"\{(\w+)\}")
 
 
-def _scaled(rule: Rule, current: str | None) -> str | None:
-    """`scale:F` applied to the current value (or the rule's default); None if not numeric."""
+# `above:G` sets the flag this much above the number SGLang names (then caps it).
+ABOVE_STEP = 0.01
+
+
+@lru_cache(maxsize=512)
+def _compiled(pattern: str) -> Any:
+    return compile_pattern(pattern)
+
+
+def captures(rule: Rule, line: str | None) -> dict[str, str]:
+    """The named groups of `rule.pattern` that matched in `line` ({} if none, or no line)."""
+    if line is None or "(?P<" not in rule.pattern:
+        return {}
+    try:
+        found = _compiled(rule.pattern).search(line)
+    except UnicodeEncodeError:  # lone surrogates, as in Matcher.candidates
+        found = _compiled(rule.pattern).search(line.encode("utf-8", "replace").decode("utf-8"))
+    if found is None:
+        return {}
+    return {k: v for k, v in found.groupdict().items() if v is not None}
+
+
+def _above(rule: Rule, caps: Mapping[str, str], current: str | None) -> str | None:
+    """`above:G`: just above the captured number, within `maximum`; None if that is no raise."""
     assert rule.new_value is not None  # noqa: S101  (callers check; narrows for mypy)
-    base_text = current if current is not None else rule.default
+    floor = number(caps.get(rule.new_value[len(ABOVE) :]))
+    if floor is None:
+        return None
+    value = round(floor + ABOVE_STEP, 3)
+    if rule.maximum is not None and value > rule.maximum:
+        return None  # SGLang needs more than the cap allows: no fix, rather than a futile one
+    old = number(current)
+    if old is not None and old >= value:
+        return None  # never the wrong direction
+    return format(value, "g")
+
+
+def _scaled(rule: Rule, current: str | None, seen: str | None = None) -> str | None:
+    """`scale:F` applied to the current value (else the one the log names, else the default)."""
+    assert rule.new_value is not None  # noqa: S101  (callers check; narrows for mypy)
+    base_text = current if current is not None else seen if seen is not None else rule.default
     base = number(base_text)
     if base_text is None or base is None:
         return None
@@ -241,12 +284,16 @@ def _conditions_hold(cond: Conditions, ctx: MatchContext) -> bool:
     return True
 
 
-def plan_fix(rule: Rule, ctx: MatchContext) -> Fix | None:
-    """The change `rule` asks for on this command line; None if it does not apply."""
+def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | None:
+    """The change `rule` asks for on this command line; None if it does not apply.
+
+    `line` is the log line that matched: a `scale:`/`above:` value may use what it names.
+    """
     if not _conditions_hold(rule.conditions, ctx):
         return None
     if rule.action not in FLAG_ACTIONS:
         return Fix(rule, rule.action, None, None, None)
+    caps = captures(rule, line)
     for flag in rule.flags:
         if not _release_has(ctx.options, flag):
             continue
@@ -262,7 +309,11 @@ def plan_fix(rule: Rule, ctx: MatchContext) -> Fix | None:
             continue
         new = rule.new_value
         if new is not None and new.startswith(SCALE):
-            new = _scaled(rule, old)
+            new = _scaled(rule, old, caps.get(CURRENT_GROUP))
+            if new is None:
+                continue
+        elif new is not None and new.startswith(ABOVE):
+            new = _above(rule, caps, old if present else caps.get(CURRENT_GROUP))
             if new is None:
                 continue
         if present and new == old:
@@ -307,7 +358,7 @@ def first_fix(
             continue
         if chosen is None:
             chosen = _undo(rule, ctx, line) if rule.action == "undo_guard_edit" \
-                else plan_fix(rule, ctx)
+                else plan_fix(rule, ctx, line)
     if chosen is not None:
         chosen = replace(chosen, diagnosis=matcher.diagnose(chosen.rule, line))
     return chosen, tuple(exhausted)
@@ -334,3 +385,21 @@ def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:
             "line": line, "gen": gen, "reason": rule.reason, "explanation": rule.explanation,
             "solutions": list(rule.solutions), "prevention": list(rule.prevention),
             "source": rule.source}
+
+
+def burst_fix(matcher: Matcher, lines: Sequence[str], ctx: MatchContext) -> Fix | None:
+    """The fix a supervisor would act on for this failure output, nothing fired yet.
+
+    As core/machine.py does: the first line whose fix is specific (priority >= 0) wins at
+    once; a catch-all (priority < 0) only when no specific line follows it.
+    """
+    waiting: Fix | None = None
+    for line in lines:
+        fix, _ = first_fix(matcher, line, ctx, {})
+        if fix is None:
+            continue
+        if fix.rule.priority >= 0:
+            return fix
+        waiting = waiting or fix
+    return waiting
+

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_guard.core.limits import toml_loads
 from sglang_guard.errors import ConfigError
 
 Kinds = type | tuple[type, ...]
@@ -21,7 +22,7 @@ Kinds = type | tuple[type, ...]
 def load(text: str, path: str) -> dict[str, Any]:
     """Parse TOML text; a syntax error (or absurd nesting) is a ConfigError naming `path`."""
     try:
-        return tomllib.loads(text)
+        return toml_loads(text)  # size and depth limits first (core/limits.py)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(path, None, f"not valid TOML: {exc}") from None
     except RecursionError:

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.logline import LINE_CAP, clean
-from sglang_guard.core.rules import Matcher, Rule
-from sglang_guard.errors import EXIT_ENVIRONMENT, InputError
+from sglang_guard.core.logline import LINE_CAP, clean, error_text
+from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, burst_fix
+from sglang_guard.errors import EXIT_ENVIRONMENT
+from sglang_guard.shell import logstream
 from sglang_guard.shell.packs import load_packs
+
+MAX_MATCHES = 1000  # matches kept (each holds up to LINE_CAP bytes): memory stays bounded
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,7 @@ class Match:
     line: str
     rule: Rule
     why: str = ""  # the rule's reason with the line's named groups filled in
+    bare: bool = False  # read as an exception's text (see `bare_line`): listed after the rest
 
     def as_dict(self) -> dict[str, Any]:
         """The `explain --json` shape."""
@@ -55,26 +57,86 @@ def advice_text(rule: Rule) -> str:
     return "".join("\n" + line for line in lines)
 
 
-def _lines(logfile: str) -> Iterator[bytes]:
-    if logfile == "-":
-        yield from sys.stdin.buffer
-        return
-    try:
-        with Path(logfile).open("rb") as fh:
-            yield from fh
-    except OSError as exc:
-        raise InputError(f"cannot read {logfile}: {exc.strerror}") from None
+def log_lines(logfile: str) -> Iterator[str]:
+    """The log, streamed and cleaned line by line as the supervisor sees it (bounded memory:
+    each line keeps its first LINE_CAP bytes; devices are refused, see shell/logstream)."""
+    for raw in logstream.log_lines(logfile, LINE_CAP):
+        yield clean(raw, LINE_CAP)
 
 
 def explain_log(logfile: str, cfg: GuardConfig) -> list[Match]:
     """Every matching line, fatal matches first (each group in log order)."""
+    return explain_lines(log_lines(logfile), cfg)
+
+
+def explain_lines(lines: Iterable[str], cfg: GuardConfig) -> list[Match]:
+    """`explain_log` over lines already cleaned (at most MAX_MATCHES are kept)."""
     matcher = Matcher(load_packs(cfg))
     found: list[Match] = []
-    for n, raw in enumerate(_lines(logfile), start=1):
-        text = clean(raw[:LINE_CAP], LINE_CAP)
+    for n, text in enumerate(lines, start=1):
         rules = matcher.candidates(text)
-        if rules:
+        bare = bare_line(text)
+        if not rules and bare is not None:
+            rules = matcher.candidates(bare)
+        if rules and len(found) < MAX_MATCHES:
             best = sorted(rules, key=lambda r: (not r.fatal, r.action == "advice",
                                                 -r.priority))[0]
-            found.append(Match(n, text, best, matcher.diagnose(best, text)))
-    return sorted(found, key=lambda m: (not m.rule.fatal, m.rule.priority < 0, m.line_no))
+            found.append(Match(n, text, best, matcher.diagnose(best, bare or text),
+                               bare=not matcher.candidates(text)))
+    return sorted(found, key=lambda m: (m.bare, not m.rule.fatal, m.rule.priority < 0,
+                                        m.line_no))
+
+
+def bare_line(text: str) -> str | None:
+    """A pasted line that is neither SGLang's error output nor one of its records, as an
+    exception's text: a message copied from an issue title or a screenshot, or wrapped by a
+    comment. `explain` falls back to these only when nothing else names a fix; the
+    supervisor, which reads SGLang's own pipes, never reads a line this way."""
+    if not text.strip() or error_text(text) is not None or text.startswith("["):
+        return None
+    return f"Exception: {text}"
+
+
+def matching_lines(matches: list[Match]) -> list[str]:
+    """The lines that any rule matches, in log order: all a failure's fix is read from."""
+    return [m.line for m in sorted(matches, key=lambda m: m.line_no)]
+
+
+def fix_as_dict(fix: Fix | None) -> dict[str, Any] | None:
+    """The `explain --json` shape of the fix for a command line (None: no flag to change)."""
+    if fix is None:
+        return None
+    return {"rule": fix.rule.id, "action": fix.action, "flag": fix.flag,
+            "old_value": fix.old_value, "new_value": fix.new_value, "reason": fix.rule.reason}
+
+
+def render_fix(fix: Fix | None) -> str:
+    """One line for a person: what the guard would change on this command line."""
+    if fix is None:
+        return "fix: none (no rule changes this command line)"
+    if fix.action in ("restart", "give_up"):
+        return f"fix: {fix.action} ({fix.rule.id}): {fix.rule.reason}"
+    if fix.action == "drop_flag":
+        return f"fix: drop {fix.flag} {fix.old_value or ''} ({fix.rule.id})".replace("  ", " ")
+    value = "" if fix.new_value is None else f" {fix.new_value}"
+    return f"fix: set {fix.flag}{value} ({fix.rule.id})"
+
+
+def explain_fix(lines: list[str], cfg: GuardConfig, argv: list[str], *,
+                sm: int | None = None, sglang_version: str | None = None) -> Fix | None:
+    """The fix the supervisor would make to `argv` after this failure output (cleaned lines)."""
+    from sglang_guard.core.options import load_option_table  # noqa: PLC0415
+    from sglang_guard.shell.inputs import read_command_line  # noqa: PLC0415
+
+    options = load_option_table()
+    cl = read_command_line(argv, options)
+    ctx = MatchContext(cl.effective(), "unknown", sm, sglang_version, options)
+    matcher = Matcher(load_packs(cfg))
+    fix = burst_fix(matcher, lines, ctx)
+    if fix is None:
+        # A pasted excerpt is not always SGLang's output as printed: a message copied from
+        # an issue title or a screenshot, or wrapped by a comment. Only then, and never for
+        # an SGLang record (a logged request is one), a bare line is read as an exception's
+        # text. The supervisor, which reads SGLang's own pipes, never does this.
+        fix = burst_fix(matcher, [b for b in map(bare_line, lines) if b is not None], ctx)
+    return fix

@@ -8,11 +8,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from sglang_guard.core.argv import CommandLine, find_config_path, parse_command_line
+from sglang_guard.core.argv import (
+    CommandLine,
+    find_config_path,
+    parse_command_line,
+    remote_code_trust,
+)
 from sglang_guard.core.compat import CompatTable
 from sglang_guard.core.compat_table import confirmed_only, load_raw_table
-from sglang_guard.core.facts import GpuFacts, ModelFacts
+from sglang_guard.core.facts import GpuFacts, ModelFacts, with_warning
 from sglang_guard.core.guardconfig import PolicyConfig
+from sglang_guard.core.limits import yaml_safe_load
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision, preflight
 from sglang_guard.errors import GuardError, InputError
@@ -46,7 +52,7 @@ def load_yaml(path: str) -> dict[str, Any]:
     import yaml  # noqa: PLC0415 - only command lines with --config need it (1 MiB resident)
 
     try:
-        data = yaml.safe_load(text)
+        data = yaml_safe_load(text)  # size, depth and alias limits (core/limits.py)
     except yaml.YAMLError as exc:
         first = str(exc).replace("\n", " ")
         raise InputError(f"--config {path}: not valid YAML ({first})") from None
@@ -85,7 +91,7 @@ def gather(argv: Sequence[str], gpu_sm: str, release: Release, *,
     model_path = cl.value("model_path")
     if not model_path:
         raise InputError("the SGLang command line has no --model-path")
-    trust = cl.present("trust_remote_code")
+    trust, distrust = remote_code_trust(cl)
     overrides = cl.value("json_model_override_args")
     rel = release.tables.release
     model = resolve_model(model_path, revision=cl.value("revision"),
@@ -100,6 +106,7 @@ def gather(argv: Sequence[str], gpu_sm: str, release: Release, *,
             trust_remote_code=trust, override_args=overrides, is_draft=True,
             isolate=isolate, sglang_release=rel,
         )
+    model = with_warning(model, distrust)
     compat, notes = compat_for(release)
     return Inputs(cl, options, compat, model, draft, resolve_gpu(gpu_sm), release, notes)
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from sglang_guard.core.redact import redact_record
 from sglang_guard.errors import ConfigError
 
 
@@ -29,9 +30,12 @@ class Journal:
         """Open (creating the state dir); ConfigError when it cannot be written."""
         journal = cls(Path(state_dir) / "journal.jsonl")
         try:
-            journal.path.parent.mkdir(parents=True, exist_ok=True)
-            journal._fd = os.open(journal.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
-            if _torn(journal.path):  # end the torn line, or our first event would be glued to it
+            journal.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            # O_NOFOLLOW: a journal.jsonl planted as a symlink must not get JSON appended to
+            # whatever it points at. O_RDWR: the torn-line check reads the same file.
+            journal._fd = os.open(journal.path, os.O_RDWR | os.O_APPEND | os.O_CREAT
+                                  | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            if _torn(journal._fd):  # end the torn line, or our first event would be glued to it
                 os.write(journal._fd, b"\n")
         except OSError as exc:
             raise ConfigError(state_dir, None,
@@ -43,7 +47,7 @@ class Journal:
         if self._fd is None:
             return False
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-        line = json.dumps({"ts": now, **record}, default=str) + "\n"
+        line = json.dumps({"ts": now, **redact_record(record)}, default=str) + "\n"
         try:
             os.write(self._fd, line.encode())
             os.fsync(self._fd)
@@ -59,13 +63,18 @@ class Journal:
             self._fd = None
 
 
-def _torn(path: Path) -> bool:
+def _torn(fd: int) -> bool:
     """True when the file's last line has no newline (a crash cut it short)."""
-    with path.open("rb") as fh:
-        if fh.seek(0, os.SEEK_END) == 0:
-            return False
-        fh.seek(-1, os.SEEK_END)
-        return fh.read(1) != b"\n"
+    try:
+        size = os.fstat(fd).st_size
+    except OSError:
+        return False
+    if size == 0:
+        return False
+    try:
+        return os.pread(fd, 1, size - 1) != b"\n"
+    except OSError:  # a device (/dev/full) cannot be read back: nothing to mend
+        return False
 
 
 def read_journal(path: Path) -> Iterator[dict[str, Any]]:

@@ -18,20 +18,19 @@ sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
 
 import structlog  # noqa: E402 - must follow the line above
 
-from sglang_guard.core.redact import redact_text  # noqa: E402 - after the rich marker
+from sglang_guard.core.redact import redact_record  # noqa: E402 - after the rich marker
+from sglang_guard.shell import stderrgate  # noqa: E402 - after the rich marker
 
 
 def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Mask secrets in every string value before it is rendered."""
-    for key, value in event.items():
-        if isinstance(value, str):
-            event[key] = redact_text(value)
+    """Mask secrets in every value (nested too) before it is rendered, as the journal does."""
+    event.update(redact_record(event))
     return event
 
 
 def configure(fmt: str = "auto", stream: TextIO | None = None, level: int = logging.INFO) -> None:
     """Set up structlog for the whole process (`fmt`: auto, json or console)."""
-    stream = stream or sys.stderr
+    stream = stream or stderrgate.guard_stderr()  # never inside a line of SGLang's stderr
     # The issue's rule: JSON whenever stdout is not a TTY (a unit, a pipe, a container log).
     use_json = fmt == "json" or (fmt == "auto" and not _isatty(sys.stdout))
     renderer: Any = (

@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
 from sglang_guard.core.facts import ModelFacts, ModelShape
+from sglang_guard.core.limits import MAX_JSON_BYTES, LimitError, check_json
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
 from sglang_guard.shell.files import read_bytes, write_atomic
@@ -44,6 +45,10 @@ def parse_overrides(override_args: str | None) -> dict[str, Any]:
     """`--json-model-override-args` as a dict (SGLang json.loads it the same way)."""
     if not override_args:
         return {}
+    try:
+        check_json(override_args, "--json-model-override-args")
+    except LimitError as exc:
+        raise InputError(str(exc)) from None
     try:
         data = json.loads(override_args)
     except ValueError as exc:
@@ -85,6 +90,10 @@ def resolve_model(
             return ModelFacts(path, (), "unknown", None,
                               f"cannot resolve hub model {path!r} ({why}): architecture checks "
                               "skipped")
+        try:
+            check_json(raw, f"config.json of {path}")
+        except LimitError as exc:
+            raise ModelError(str(exc)) from None
     key = _cache_key(raw, revision, trust_remote_code, overrides, is_draft) + (
         f"-{sglang_release}" if sglang_release else "")
     cached = _cache_get(key) if use_cache else None
@@ -135,7 +144,8 @@ def _resolve_in_subprocess(path: str, revision: str | None, trust: bool, *,
     try:
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        raise ModelError(f"resolving {path!r} failed: {proc.stderr.strip()[-300:]}") from None
+        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        raise ModelError(f"resolving {path!r} failed: {last[-300:]}") from None
     if "error" in answer:
         raise ModelError(answer["error"])
     return _facts_from(path, answer)
@@ -165,6 +175,9 @@ def _main() -> None:
     except InputError as exc:
         print(json.dumps({"error": str(exc)}))
         return
+    except Exception as exc:
+        print(json.dumps({"error": f"resolving {req['path']!r} failed: {_first_line(exc)}"}))
+        return
     print(_facts_json(facts))
 
 
@@ -184,9 +197,13 @@ def _read_local_config(local: Path) -> bytes | None:
             return None
         raise ModelError(f"model directory {str(local)!r} has no config.json")
     try:
-        raw = read_bytes(cfg)
+        raw = read_bytes(cfg, limit=MAX_JSON_BYTES)
     except OSError as exc:
         raise ModelError(f"cannot read {cfg}: {exc.strerror}") from exc
+    try:
+        check_json(raw, str(cfg))
+    except LimitError as exc:
+        raise ModelError(str(exc)) from None
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -253,11 +270,21 @@ def _auto_config(
             path, trust_remote_code=trust_remote_code, revision=revision
         )
     except (ValueError, KeyError, OSError) as exc:
+        first = _first_line(exc)
+        if not trust_remote_code and _needs_remote_code(raw):
+            # SGLang would not run that code either: nothing here says what it would build.
+            return (), _model_type(raw), {}, (
+                f"{path} needs its own code (auto_map) to load, and remote code is not "
+                f"trusted ({first}): architecture checks skipped"), ModelShape()
         # A model_type transformers does not know (SGLang registers its own config classes
-        # for those) or remote code the command did not allow: read the plain fields.
+        # for those): read the plain fields.
         config = PretrainedConfig.from_dict(json.loads(raw))
-        first = (str(exc).splitlines() or [type(exc).__name__])[0][:160]
         warning = f"AutoConfig could not load it ({first}); read config.json as-is"
+    except Exception as exc:
+        # (huggingface_hub's StrictDataclass*ValidationError): SGLang's get_config would fail
+        # on it too, so it is bad input, not a guard bug.
+        raise ModelError(f"{path}: transformers rejects this config ({_first_line(exc)})"
+                         ) from None
     for key, value in overrides.items():  # mirrors sglang get_config's override merge
         current = getattr(config, key, None)
         if isinstance(value, dict) and isinstance(current, PretrainedConfig):
@@ -318,6 +345,26 @@ def _shape(config: Any, text: Any) -> ModelShape:
         weight_block_size=(int(block[0]), int(block[1]))
         if isinstance(block, list | tuple) and len(block) == 2 else None,
     )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [x.strip() for x in str(exc).splitlines() if x.strip()]
+    return " ".join(lines[:2])[:200] or type(exc).__name__
+
+
+def _needs_remote_code(raw: bytes) -> bool:
+    with contextlib.suppress(ValueError):
+        data = json.loads(raw)
+        return isinstance(data, dict) and bool(data.get("auto_map"))
+    return False
+
+
+def _model_type(raw: bytes) -> str | None:
+    with contextlib.suppress(ValueError):
+        data = json.loads(raw)
+        if isinstance(data, dict) and isinstance(data.get("model_type"), str):
+            return str(data["model_type"])
+    return None
 
 
 def _text_config(config: Any, archs: tuple[str, ...]) -> Any:

@@ -190,3 +190,29 @@ def stop_tree(pid: int | None, pgid: int, grace: float) -> StopReport:
 def find_orphans(pgid: int) -> list[int]:
     """Pids still in the process group or session `pgid` (a previous guard's leftovers)."""
     return sorted(proc.pid for proc in _group(pgid))
+
+
+def group_members(pgid: int) -> list[psutil.Process]:
+    """Live members of the process group or session `pgid`, never the guard itself."""
+    return _group(pgid)
+
+
+def stop_processes(procs: Iterable[psutil.Process], grace: float) -> StopReport:
+    """SIGTERM exactly these processes (held by pidfd), SIGKILL what outlives `grace`.
+
+    Nothing else is signalled: no group, no descendants (orphan clean-up verified each one).
+    """
+    started = time.monotonic()
+    handles = _open(p for p in procs if p.pid != os.getpid())
+    try:
+        for handle in handles:
+            handle.send(signal.SIGTERM)
+        survivors = _wait(handles, grace)
+        for handle in survivors:
+            handle.send(signal.SIGKILL)
+        _wait(survivors, KILL_WAIT)
+        return StopReport(terminated=len(handles) - len(survivors), killed=len(survivors),
+                          seconds=time.monotonic() - started)
+    finally:
+        for handle in handles:
+            handle.close()

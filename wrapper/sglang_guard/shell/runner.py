@@ -18,6 +18,7 @@ from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.packs import load_packs
+from sglang_guard.shell.preflightlog import log_warnings
 from sglang_guard.shell.reloader import Reloader
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
@@ -97,6 +98,7 @@ class Preflight:
         if decision is None:
             return prepared
         journal_preflight(self.journal, decision, prepared.options, self.seen, self.observer)
+        log_warnings(decision)  # what `check` shows (hub id, NVML, "SGLang will reject ...")
         log = get_logger()
         for finding in decision.findings:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,

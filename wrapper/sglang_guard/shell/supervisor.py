@@ -7,7 +7,6 @@ events; this loop alone decides (via the pure `core.machine.step`) and acts.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import queue
 import random
@@ -48,14 +47,13 @@ from sglang_guard.core.events import (
 from sglang_guard.core.logline import clean, clean_block
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
-from sglang_guard.shell import health, ports
+from sglang_guard.shell import health, orphans, ports, stderrgate, stopsignals
 from sglang_guard.shell.child import Child
-from sglang_guard.shell.files import write_atomic
+from sglang_guard.shell.files import write_private
 from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
 from sglang_guard.shell.observer import NO_OBSERVER, Observer
-from sglang_guard.shell.proctree import find_orphans, stop_tree
 from sglang_guard.shell.timers import Timers
 from sglang_guard.shell.watch import FileWatcher, Kind
 
@@ -78,7 +76,7 @@ class Runtime:
     reload: Callable[[str, str | None, machine.Env], ReloadOutcome]
     watch: Mapping[str, Kind] = field(default_factory=dict)  # files to watch, and what they are
     stdout: BinaryIO = sys.stdout.buffer
-    stderr: BinaryIO = sys.stderr.buffer
+    stderr: BinaryIO = field(default_factory=stderrgate.child_stderr)  # shared with our events
     child_env: dict[str, str] | None = None
     observer: Observer = NO_OBSERVER  # the status port's hooks (shell/status.py)
 
@@ -101,6 +99,7 @@ class Supervisor:
         # lock); a small thread forwards each signal to the event queue.
         self._signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._pidfile = Path(rt.state_dir) / "child.pgid"
+        self._token = orphans.new_token()  # marks this guard's children (see shell/orphans.py)
         self._done = threading.Event()
 
     # -- the loop --------------------------------------------------------------------------
@@ -111,6 +110,7 @@ class Supervisor:
         forwarder = threading.Thread(target=self._forward_signals, name="signals", daemon=True)
         forwarder.start()
         old = {s: signal.signal(s, self._on_signal) for s in _HANDLED}
+        stopsignals.disarm()  # the loop's handlers only enqueue; the early ones raised
         keepalive = self._start_keepalive()
         watcher = FileWatcher(self.events, self.rt.watch) if self.rt.watch else None
         if watcher is not None:
@@ -139,10 +139,11 @@ class Supervisor:
                 signal.signal(s, handler)
             self._signals.put(None)
             forwarder.join()
-            for stopper in self._stoppers:
-                stopper.join()
+            grace = self.rt.env.restart.stop_grace_s
+            for stopper in self._stoppers:  # bounded: a blocked stdout must not hold the exit
+                stopper.join(grace)
             if self.child is not None:  # also what outlived the main process: leave nothing
-                self.child.stop(self.rt.env.restart.stop_grace_s)
+                self.child.stop(grace, timeout=max(grace, 1.0))
             with contextlib.suppress(OSError):  # an unusable state dir was reported already
                 self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
@@ -246,12 +247,13 @@ class Supervisor:
         self._write_derived()
         self._timers.forget_before(action.gen)  # the last launch's timers would be ignored
         argv = [*self.rt.launch, *action.argv]
+        env = {**(os.environ if self.rt.child_env is None else self.rt.child_env),
+               orphans.RUN_TOKEN_ENV: self._token}
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
-                                 env=self.rt.child_env, prefilter=self._prefilter(action.gen),
+                                 env=env, prefilter=self._prefilter(action.gen),
                                  on_chunk=self._chunk_watcher(action.gen))
-        with contextlib.suppress(OSError):  # only orphan clean-up after a SIGKILLed guard needs it
-            self._write_pidfile(self.child.pgid, [])
+        self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
     def _stop(self, action: Stop) -> None:
@@ -338,14 +340,11 @@ class Supervisor:
         from sglang_guard.core.edits import dump_yaml  # noqa: PLC0415
 
         try:
-            write_atomic(target, dump_yaml(cl.yaml_data))
+            write_private(target, dump_yaml(cl.yaml_data), like=next(  # the user's YAML's mode
+                (p for p, kind in self.rt.watch.items() if kind == "sglang_yaml"), None))
         except OSError as exc:
             raise ConfigError(str(derived), None, "cannot write the derived SGLang config "
                               f"({exc.strerror or exc})") from None
-
-    def _write_pidfile(self, pgid: int, procs: list[tuple[int, float]]) -> None:
-        with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
-            write_atomic(self._pidfile, json.dumps({"pgid": pgid, "procs": procs}))
 
     def _snapshot_tree(self) -> None:
         """Record every process of the child's tree (with its start time, against pid reuse).
@@ -358,35 +357,15 @@ class Supervisor:
             return
         try:
             root = psutil.Process(child.pid)
-            procs = [(p.pid, p.create_time()) for p in [root, *root.children(recursive=True)]]
+            procs = [root, *root.children(recursive=True)]
         except psutil.Error:
             return
-        self._write_pidfile(child.pgid, procs)
+        with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
+            orphans.write_record(self._pidfile, child.pgid, self._token, procs)
 
     def _reap_orphans(self) -> None:
-        """A guard that was SIGKILLed left its child's tree behind: stop it first."""
-        try:
-            saved = json.loads(self._pidfile.read_text())
-            pgid, procs = int(saved["pgid"]), [tuple(p) for p in saved.get("procs", [])]
-        except (OSError, ValueError, TypeError, KeyError):
-            return
-        grace = self.rt.env.restart.stop_grace_s
-        record: dict[str, Any] = {"event": "orphans.stopped", "pgid": pgid}
-        if pgid != os.getpgrp() and find_orphans(pgid):
-            report = stop_tree(None, pgid, grace)
-            record |= {"terminated": report.terminated, "killed": report.killed}
-        strays = [p for p in map(_same_process, procs) if p is not None]
-        if strays:  # members that left the group (setsid): stopped one by one
-            for proc in strays:
-                with contextlib.suppress(psutil.Error):
-                    proc.terminate()
-            _, alive = psutil.wait_procs(strays, timeout=grace)
-            for proc in alive:
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-            psutil.wait_procs(alive, timeout=10)
-            record |= {"outside_group": [p.pid for p in strays]}
-        if len(record) > 2:
+        """A guard that was SIGKILLed left its child's tree behind: stop what is verifiably it."""
+        for record in orphans.reap(self._pidfile, self.rt.env.restart.stop_grace_s):
             self._record(record)
 
 
@@ -398,18 +377,6 @@ def _tail(chunk: bytes) -> str:
     tail = chunk[-TAIL_BYTES:].rstrip(b"\r\n")
     cut = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
     return clean(tail[cut + 1:], TAIL_BYTES).strip()
-
-
-def _same_process(entry: tuple[Any, ...]) -> psutil.Process | None:
-    """The live (non-zombie) process a pidfile entry names, unless its pid was reused."""
-    pid, started = int(entry[0]), float(entry[1])
-    try:
-        proc = psutil.Process(pid)
-        if abs(proc.create_time() - started) > 0.01 or proc.status() == psutil.STATUS_ZOMBIE:
-            return None
-    except psutil.Error:
-        return None
-    return None if pid == os.getpid() else proc
 
 
 def run_supervisor(rt: Runtime, cl: CommandLine, journal: JournalFile | None) -> int:
