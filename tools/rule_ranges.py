@@ -32,14 +32,27 @@ from sglang_guard.core.msgsearch import holds, parts
 REPO = Path(__file__).resolve().parent.parent
 PACK = REPO / "configs" / "rules" / "default.toml"
 MESSAGES = REPO / "tests" / "data" / "sglang-messages-0.5.23.toml"
+# Older wordings of the same checks (each names its rule too).
+OTHER_MESSAGES = REPO / "tests" / "data" / "sglang-messages-other-releases.toml"
+MARK = "# range: tools/rule_ranges.py"  # what the tool wrote (and the test recomputes)
 _CLASS = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Warning): ")
+
+
+def open_below(spec: str, oldest: str) -> str:
+    """A run that reaches the oldest release read says nothing about older ones: no lower
+    bound then (`>=0` for every release), so a rule is not switched off where it was not read."""
+    parts_ = [p for p in spec.split(",") if p != f">={oldest}"]
+    return ",".join(parts_) or ">=0"
 
 
 def messages_by_rule() -> dict[str, list[str]]:
     """rule id -> the SGLang messages (exception class stripped) it is written for."""
-    data = tomllib.loads(MESSAGES.read_text(encoding="utf-8"))
+    found: list[dict[str, object]] = []
+    for path in (MESSAGES, OTHER_MESSAGES):
+        if path.is_file():
+            found += tomllib.loads(path.read_text(encoding="utf-8")).get("message", [])
     out: dict[str, list[str]] = {}
-    for m in data.get("message", []):
+    for m in found:
         text = _CLASS.sub("", str(m["text"]))
         if parts(text):
             out.setdefault(str(m["rule"]), []).append(text)
@@ -54,7 +67,7 @@ def write(text: str, specs: dict[str, str]) -> str:
         if not block.startswith("[[rules]]") or not m or m.group(1) not in specs:
             out.append(block)
             continue
-        line = f'sglang = "{specs[m.group(1)]}"\n'
+        line = f'sglang = "{specs[m.group(1)]}"  {MARK}\n'
         lines = block.splitlines(keepends=True)
         when = next((i for i, x in enumerate(lines) if x.strip() == "[rules.when]"), None)
         if when is not None:
@@ -90,7 +103,7 @@ def main() -> int:
         if not any(present):  # not SGLang's own text (torch's, argparse's): every release
             print(f"{rid}: no release's source holds its message; left as it is")
             continue
-        specs[rid] = spec_for(present, versions, versions[-1])
+        specs[rid] = open_below(spec_for(present, versions, versions[-1]), versions[0])
         print(f"{rid}: {specs[rid]}")
     if args.write:
         PACK.write_text(write(PACK.read_text(encoding="utf-8"), specs), encoding="utf-8")

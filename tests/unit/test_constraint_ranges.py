@@ -9,6 +9,7 @@ lacks the message.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 import tomllib
 from pathlib import Path
@@ -66,3 +67,31 @@ def test_every_constraint_states_its_releases() -> None:
                if not c.sglang]
     assert missing == []
     assert load_default_table().sglang_version == "0.5.23"
+
+
+_rspec = importlib.util.spec_from_file_location("rule_ranges", REPO / "tools" / "rule_ranges.py")
+assert _rspec is not None and _rspec.loader is not None
+rule_ranges = importlib.util.module_from_spec(_rspec)
+_rspec.loader.exec_module(rule_ranges)
+
+
+def test_every_rule_range_written_from_the_wheels_is_what_they_say(
+        sources: dict[str, str]) -> None:
+    """Each range tools/rule_ranges.py wrote is what the wheels say today (hand-written ranges,
+    read from messages quoted with their values filled in, are the pack's own claim)."""
+    versions = sorted(sources, key=Version)
+    texts = [sources[v] for v in versions]
+    raw = rule_ranges.PACK.read_text(encoding="utf-8")
+    marked = set(re.findall(r'(?ms)^id = "([^"]+)"(?:(?!^\[\[rules\]\]).)*?' +
+                            re.escape(rule_ranges.MARK), raw))
+    assert marked, "the pack carries no range written by tools/rule_ranges.py"
+    pack = {r["id"]: r for r in tomllib.loads(raw)["rules"]}
+    by_rule = rule_ranges.messages_by_rule()
+    wrong = []
+    for rid in sorted(marked):
+        present = [any(holds(t, m) for m in by_rule[rid]) for t in texts]
+        want = rule_ranges.open_below(ranges.spec_for(present, versions, versions[-1]),
+                                      versions[0])
+        if pack[rid]["when"]["sglang"] != want:
+            wrong.append((rid, pack[rid]["when"]["sglang"], want))
+    assert wrong == [], "run tools/rule_ranges.py --write"
