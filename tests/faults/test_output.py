@@ -96,7 +96,10 @@ def test_invalid_utf8_and_nul_bytes_pass_through_and_matching_goes_on(
         "1b5b33316d7265641b5b306d0d0a",  # ANSI colours and a CR LF
         "c0afedbfbf0a",  # overlong and surrogate encodings
     ]
-    fatal = "00ff1b5b306d20" + FA3_LINE.encode().hex() + "00ff0a"  # garbage around the line
+    # NUL and ANSI in front (stripped: the line still starts with the exception class),
+    # invalid UTF-8 and NUL behind. (Invalid bytes in front would make it no exception line:
+    # a rule reads SGLang's own error output only, issue 12.)
+    fatal = "001b5b306d" + FA3_LINE.encode().hex() + "00ff0a"
     script = [["hex", "stdout", h] for h in [*garbage, fatal]]
     launcher = Launcher(tmp_path, [[*script, ["wait_term"], ["exit", 0]], ready_then_wait()])
     state = tmp_path / "state"

@@ -43,7 +43,8 @@ from .conftest import FAKE, HashSink, wait_gone
 
 HEALTH_HOST = "127.0.0.2"
 FA3_LINE = "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90."
-CRASH_LINE = "Scheduler hit an exception: Traceback (most recent call last):"
+CRASH_LINE = ("[2026-11-29 16:50:00 TP0] Scheduler hit an exception: "
+              "Traceback (most recent call last):")
 DRAFT_LINE = "ValueError: draft backend needs MLA"
 GIVE_UP_LINE = "ERROR: [Errno 98] error while attempting to bind: address already in use"
 PACK_TEXT = """
@@ -58,6 +59,7 @@ action = "drop_flag"
 flags = ["--attention-backend"]
 values = ["fa3"]
 reason = "fa3 needs SM80-90"
+phase = "any"
 
 [[rules]]
 id = "draft-triton"
@@ -65,6 +67,7 @@ pattern = 'draft backend needs MLA'
 action = "set_flag"
 flags = ["--speculative-draft-attention-backend"]
 new_value = "triton"
+phase = "any"
 
 [[rules]]
 id = "port-busy"

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sglang_guard.errors import EXIT_ENVIRONMENT
+
 REPO = Path(__file__).resolve().parents[2]
 UNITS = REPO / "systemd"
 
@@ -64,3 +66,11 @@ def test_a_unit_with_a_typo_fails_verification(tmp_path: Path) -> None:
     out = subprocess.run(["systemd-analyze", "verify", str(bad)], capture_output=True, text=True,
                          check=False)
     assert "kill mode" in out.stderr  # verify warns (rc 0) on a bad value: why we check stderr
+
+
+@pytest.mark.parametrize("unit", ["sglang-guard.service", "sglang-guard@.service"])
+def test_units_do_not_restart_a_broken_environment(unit: str) -> None:
+    """Exit 69 (environment failure): no restart can fix it, so systemd must not retry."""
+    line = next(ln for ln in (UNITS / unit).read_text().splitlines()
+                if ln.startswith("RestartPreventExitStatus="))
+    assert str(EXIT_ENVIRONMENT) in line.split("=", 1)[1].split()

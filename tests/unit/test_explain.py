@@ -49,7 +49,7 @@ Files = tuple[Path, Path, GuardConfig]
 LOG = [
     "[2026-01-01 10:00:00] server_args=ServerArgs(...)",
     "WARNING: deprecated flag --foo",
-    "Scheduler hit an exception: Traceback (most recent call last):",
+    "[2026-01-01 10:00:01] Scheduler hit an exception: Traceback (most recent call last):",
     '  File "attention_registry.py", line 244, in create_flashattention_v3_backend',
     "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90.",
     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
@@ -117,7 +117,8 @@ def test_plain_output_shows_the_first_fatal_match_and_all_on_request(files: File
 def test_reads_stdin_with_dash(files: Files) -> None:
     _, config, _ = files
     result = CliRunner().invoke(main, ["explain", "--json", "--config", str(config), "-"],
-                                input=b"ok\nScheduler hit an exception: boom\n")
+                                input=b"ok\n[2026-01-01 10:00:00 TP0] Scheduler hit an exception: "
+                                      b"boom\n")
     assert result.exit_code == 0
     assert [(m["line_no"], m["rule"]) for m in json.loads(result.output)["matches"]] == [
         (2, "crash")]
@@ -148,7 +149,8 @@ def test_the_default_pack_is_used_without_a_config(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SGLANG_GUARD_CONFIG", raising=False)
     log = tmp_path / "s.log"
-    log.write_text("Scheduler hit an exception: Traceback (most recent call last):\n")
+    log.write_text("[2026-01-01 10:00:00 TP0] Scheduler hit an exception: "
+                   "Traceback (most recent call last):\n")
     (match,) = explain_log(str(log), GuardConfig())
     assert match.rule.pack == "default"
     assert match.rule.priority < 0

@@ -106,11 +106,12 @@ def test_a_worker_reports_matching_lines_exits_and_a_stalled_start() -> None:
     link.saw_event(GroupRelaunch(3, CL, {}), state)
     link.saw_action(Spawn(1, CL.argv), state)
     link.saw_event(ChildLine(1, "stderr", "all fine", 8), state)
-    link.saw_event(ChildLine(1, "stderr", "CUDA out of memory", 18), state)
+    oom = "torch.OutOfMemoryError: CUDA out of memory"  # as SGLang's log prints it
+    link.saw_event(ChildLine(1, "stderr", oom, len(oom)), state)
     link.saw_action(Journal({"event": "start.stalled", "stage": "cuda graph"}), state)
     link.saw_event(ChildExited(1, 42, -9), state)
     assert link._drain(0.0) == [
-        {"kind": "line", "gen": 3, "text": "CUDA out of memory"},
+        {"kind": "line", "gen": 3, "text": oom},
         {"kind": "stalled", "gen": 3, "stage": "cuda graph"},
         {"kind": "exit", "gen": 3, "returncode": -9},
     ]

@@ -50,6 +50,7 @@ action = "drop_flag"
 flags = ["--attention-backend"]
 values = ["fa3"]
 reason = "fa3 needs SM80-90"
+phase = "any"
 
 [[rules]]
 id = "draft-triton"
@@ -57,6 +58,7 @@ pattern = 'draft backend needs MLA'
 action = "set_flag"
 flags = ["--speculative-draft-attention-backend"]
 new_value = "triton"
+phase = "any"
 
 [[rules]]
 id = "two-flags"
@@ -78,6 +80,7 @@ action = "restart"
 max_fires = 9
 priority = -10
 reason = "scheduler crashed"
+phase = "any"  # as the default pack's scheduler-crash: a crash after ready restarts too
 
 [[rules]]
 id = "just-a-warning"
@@ -88,7 +91,9 @@ fatal = false
     "t.toml",
 )
 FA3_LINE = "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90."
-CRASH_LINE = "Scheduler hit an exception: Traceback (most recent call last):"
+CRASH_LINE = ("[2026-11-29 16:50:00 TP0] Scheduler hit an exception: "
+              "Traceback (most recent call last):")
+DRAFT_LINE = "RuntimeError: draft backend needs MLA"
 ARGV = ("--model-path", "/m", "--attention-backend", "fa3", "--port", "31000")
 JITTER = 0.5  # fixed: every delay is base * 1.125
 
@@ -411,9 +416,9 @@ def test_stable_tick_before_ready_does_not_reset() -> None:
 def test_same_rule_again_without_a_ready_argv_gives_up() -> None:
     run = Run(argv=("--model-path", "/m"))
     run.start()
-    run.line("draft backend needs MLA")
+    run.line(DRAFT_LINE)
     run.exited(1)
-    waiting = run.line("draft backend needs MLA")  # a later line of the burst may still fix it
+    waiting = run.line(DRAFT_LINE)  # a later line of the burst may still fix it
     assert Schedule("settle", 2, machine.SETTLE_S) in waiting
     assert not of(waiting, Stop)
     actions = run.tick("settle")
@@ -431,17 +436,17 @@ def test_same_rule_again_restores_the_last_argv_that_reached_ready() -> None:
     run = Run(argv=("--model-path", "/m"))
     run.start()
     run.ready()
-    run.line("draft backend needs MLA")  # after ready: acts at once
+    run.line(DRAFT_LINE)  # after ready: acts at once
     fixed = only(run.exited(1), Spawn).argv
     assert fixed[-2:] == ("--speculative-draft-attention-backend", "triton")
-    run.line("draft backend needs MLA")
+    run.line(DRAFT_LINE)
     actions = run.tick("settle")
     assert record(actions, "restored")["argv_after"] == ["--model-path", "/m"]
     assert of(actions, Stop) == [Stop(2, "repeat draft-triton")]
     assert only(run.exited(1), Spawn) == Spawn(3, ("--model-path", "/m"))
     # Once more on the restored line: nothing better is left, so give up.
     run.ready()
-    run.line("draft backend needs MLA")
+    run.line(DRAFT_LINE)
     exit_ = run.exited(1)[-1]  # the child died inside the settle window: act on it now
     assert isinstance(exit_, Exit)
     assert exit_.code == EXIT_GIVE_UP
@@ -450,11 +455,11 @@ def test_same_rule_again_restores_the_last_argv_that_reached_ready() -> None:
 def test_a_fix_named_later_in_the_burst_wins_over_a_repeat() -> None:
     run = Run(argv=("--model-path", "/m", "--attention-backend", "fa3"))
     run.start()
-    run.line("draft backend needs MLA")
+    run.line(DRAFT_LINE)
     assert only(run.exited(1), Spawn).argv[-2:] == ("--speculative-draft-attention-backend",
                                                      "triton")
-    run.line("draft backend needs MLA")  # fired before, nothing left to change: waits
-    actions = run.line("FlashAttention v3 Backend requires SM>=80 and SM<=90")
+    run.line(DRAFT_LINE)  # fired before, nothing left to change: waits
+    actions = run.line(FA3_LINE)
     assert record(actions, "remediated")["rule"] == "fa3-sm"
     assert not any(r.record["event"] in ("restored", "give_up.planned")
                    for r in of(actions, Journal))
@@ -465,9 +470,9 @@ def test_a_fix_named_later_in_the_burst_wins_over_a_repeat() -> None:
 def test_multi_flag_rule_with_nothing_left_to_drop_counts_as_a_repeat() -> None:
     run = Run(argv=("--model-path", "/m", "--attention-backend", "x"))
     run.start()
-    run.line("backend pair is bad")
+    run.line("ValueError: backend pair is bad")
     assert only(run.exited(1), Spawn).argv == ("--model-path", "/m")
-    run.line("backend pair is bad")  # a fire is left, but no flag to drop
+    run.line("ValueError: backend pair is bad")  # a fire is left, but no flag to drop
     actions = run.tick("settle")
     assert record(actions, "give_up.planned")["rule"] == "two-flags"
 
@@ -476,9 +481,9 @@ def test_multi_flag_rule_drops_one_flag_per_fire() -> None:
     run = Run(argv=("--model-path", "/m", "--decode-attention-backend", "a",
                     "--attention-backend", "b"))
     run.start()
-    run.line("backend pair is bad")
+    run.line("ValueError: backend pair is bad")
     assert only(run.exited(1), Spawn).argv == ("--model-path", "/m", "--attention-backend", "b")
-    run.line("backend pair is bad")
+    run.line("ValueError: backend pair is bad")
     assert only(run.exited(1), Spawn).argv == ("--model-path", "/m")
 
 

@@ -205,7 +205,9 @@ def test_load_packs_checks_each_pack_against_its_release(tmp_path: Path) -> None
     new = tmp_path / "new.toml"
     new.write_text('[pack]\nname = "new"\nsglang_versions = ">=0.5.20"\n' + cutedsl)
     cfg = GuardConfig(rules=RulesSection(default_pack=True, packs=(str(new),)))
-    assert [p.name for p in load_packs(cfg, load_option_table("0.5.12"))] == ["default", "new"]
+    # the shipped packs (default, environment: issue 12) come first
+    assert [p.name for p in load_packs(cfg, load_option_table("0.5.12"))] == [
+        "default", "environment", "new"]
     none = tmp_path / "none.toml"
     none.write_text('[pack]\nname = "none"\nsglang_versions = ">=0.6"\n')
     with pytest.raises(ConfigError, match="holds no SGLang release"):

@@ -33,7 +33,7 @@ ENTRIES: list[dict[str, Any]] = [tomllib.loads(p.read_text(encoding="utf-8")) fo
 KINDS = ("flag", "none", "unconfirmed", "hang")
 CHANGES = ("set", "drop", "raise", "lower")
 PHASES = ("start-up", "running", "unknown")
-NO_FLAG = ("restart", "give_up")
+NO_FLAG = ("restart", "give_up", "environment")  # environment: exit 69, no flag (issue 12)
 THRESHOLD = 0.9
 
 

@@ -192,17 +192,18 @@ def three_rules() -> Matcher:
 
 def test_candidates_in_pack_order() -> None:
     m = three_rules()
-    assert [r.id for r in m.candidates("xx alpha yy")] == ["a", "b"]
-    assert [r.id for r in m.candidates("gamma")] == ["c"]
-    assert m.candidates("a gamma") == ()
+    assert [r.id for r in m.candidates("RuntimeError: xx alpha yy")] == ["a", "b"]
+    assert [r.id for r in m.candidates("[2026-01-01 10:00:00] gamma")] == ["c"]
+    assert m.candidates("[2026-01-01 10:00:00] a gamma") == ()
     assert m.candidates("") == ()
     assert Matcher([]).candidates("alpha") == ()
 
 
 def test_candidates_handle_nul_and_replacement_chars() -> None:
     m = three_rules()
-    assert [r.id for r in m.candidates("\x00\ufffdalpha\x00")] == ["a", "b"]
-    assert [r.id for r in m.candidates("\udcffalpha")] == ["a", "b"]  # a lone surrogate
+    assert [r.id for r in m.candidates("RuntimeError: \x00\ufffdalpha\x00")] == ["a", "b"]
+    # a lone surrogate
+    assert [r.id for r in m.candidates("RuntimeError: \udcffalpha")] == ["a", "b"]
 
 
 # --- conditions ----------------------------------------------------------------------------
@@ -359,7 +360,7 @@ LADDER = pack(
 
 def test_ladder_walks_rules_as_budgets_run_out() -> None:
     m = Matcher([LADDER])
-    line = "Capture cuda graph failed: CUDA out of memory"
+    line = "Exception: Capture cuda graph failed: CUDA out of memory"
     fired: dict[str, int] = {}
     flags: dict[str, str | None] = {}
     steps = []
@@ -383,17 +384,18 @@ def test_ladder_walks_rules_as_budgets_run_out() -> None:
 
 def test_exhausted_rules_reported_even_when_another_fixes() -> None:
     m = Matcher([LADDER])
-    fix, exhausted = first_fix(m, "out of memory", ctx(), {"mem": 2})
+    fix, exhausted = first_fix(m, "RuntimeError: out of memory", ctx(), {"mem": 2})
     assert fix is not None and fix.rule.id == "bs"
     assert [r.id for r in exhausted] == ["mem"]
 
 
 def test_non_fatal_rules_never_fix() -> None:
     m = Matcher([LADDER])
-    fix, exhausted = first_fix(m, "out of memory", ctx(), {"mem": 2, "bs": 2, "off": 1})
+    fired = {"mem": 2, "bs": 2, "off": 1}
+    fix, exhausted = first_fix(m, "RuntimeError: out of memory", ctx(), fired)
     assert fix is None
     assert "note" not in [r.id for r in exhausted]
-    assert "note" in [r.id for r in m.candidates("out of memory")]
+    assert "note" in [r.id for r in m.candidates("RuntimeError: out of memory")]
 
 
 def test_exhausted_only_counts_rules_whose_conditions_hold() -> None:
@@ -401,9 +403,9 @@ def test_exhausted_only_counts_rules_whose_conditions_hold() -> None:
         '[[rules]]\nid = "mla"\npattern = "boom"\naction = "restart"\n'
         '[rules.when]\narch = ["mla"]\n'
     )
-    _, exhausted = first_fix(Matcher([p]), "boom", ctx(arch="mha"), {"mla": 1})
+    _, exhausted = first_fix(Matcher([p]), "RuntimeError: boom", ctx(arch="mha"), {"mla": 1})
     assert exhausted == ()
-    _, exhausted = first_fix(Matcher([p]), "boom", ctx(arch="mla"), {"mla": 1})
+    _, exhausted = first_fix(Matcher([p]), "RuntimeError: boom", ctx(arch="mla"), {"mla": 1})
     assert [r.id for r in exhausted] == ["mla"]
 
 
@@ -412,7 +414,7 @@ def test_priority_beats_pack_order_within_a_line() -> None:
         '[[rules]]\nid = "crash"\npattern = "boom"\naction = "restart"\npriority = -10\n'
         '[[rules]]\nid = "cause"\npattern = "boom"\naction = "give_up"\n'
     )
-    fix, _ = first_fix(Matcher([p]), "boom", ctx(), {})
+    fix, _ = first_fix(Matcher([p]), "RuntimeError: boom", ctx(), {})
     assert fix is not None and fix.rule.id == "cause"
 
 
@@ -427,9 +429,9 @@ def test_conditions_failing_falls_through_to_next_rule() -> None:
         '[[rules]]\nid = "sm100"\npattern = "fa"\naction = "set_flag"\n'
         'flags = ["--prefill-attention-backend"]\nnew_value = "fa4"\n[rules.when]\nsm_min = 100\n'
     )
-    fix, _ = first_fix(Matcher([p]), "fa", ctx(sm=100), {})
+    fix, _ = first_fix(Matcher([p]), "RuntimeError: fa", ctx(sm=100), {})
     assert fix is not None and fix.new_value == "fa4"
-    fix, _ = first_fix(Matcher([p]), "fa", ctx(sm=90), {})
+    fix, _ = first_fix(Matcher([p]), "RuntimeError: fa", ctx(sm=90), {})
     assert fix is not None and fix.new_value == "fa3"
 
 
@@ -579,11 +581,12 @@ def test_a_value_outside_the_release_choices_is_never_planned_the_next_rule_is()
              'flags = ["--kv-cache-dtype"]\nnew_value = "fp4_e2m1"\npriority = 1\n'
              '[[rules]]\nid = "off"\npattern = "KV"\naction = "set_flag"\n'
              'flags = ["--disable-cuda-graph"]\n')
-    fix, _ = first_fix(Matcher([p]), "KV", MatchContext({}, "unknown", None, "0.5.12",
-                                                         OLD_RELEASE), {})
+    line = "ValueError: KV"  # an exception line: what a rule reads (issue 12)
+    fix, _ = first_fix(Matcher([p]), line, MatchContext({}, "unknown", None, "0.5.12",
+                                                        OLD_RELEASE), {})
     assert fix is not None and (fix.rule.id, fix.flag, fix.new_value) == (
         "off", "--disable-cuda-graph", None)
     # A release without either flag: nothing is planned at all.
     bare = _release({"strings": ["--port"]})
-    assert first_fix(Matcher([p]), "KV", MatchContext({}, "unknown", None, "9", bare), {})[0] \
+    assert first_fix(Matcher([p]), line, MatchContext({}, "unknown", None, "9", bare), {})[0] \
         is None

@@ -10,6 +10,11 @@ EXIT_OK = 0
 EXIT_REMEDIATED = 1  # `check` only: the command line was changed
 EXIT_USAGE = 2  # bad arguments or bad input files (model dir, config.json, TOML, YAML)
 EXIT_LEADER_LOST = 76  # EX_PROTOCOL: a group worker lost (or never reached) its leader
+# EX_UNAVAILABLE: SGLang's environment is broken (a kernel library built for another torch,
+# a CUDA library missing, no kernel image for this GPU, a cuDNN or driver version demand).
+# No restart and no flag fixes it, so `run` gives up on the first such line, and the
+# systemd units do not restart on it (RestartPreventExitStatus); 75 would invite a retry.
+EXIT_ENVIRONMENT = 69
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in the guard
 EXIT_GIVE_UP = 75  # EX_TEMPFAIL: `run` gave up (crash loop, a fix that did not hold, busy port)
 EXIT_REFUSED = 78  # EX_CONFIG: the policy refused the command line

@@ -27,6 +27,24 @@ class ChildLine:
 
 
 @dataclass(frozen=True, slots=True)
+class ChildOutput:
+    """The child wrote a chunk while starting: progress evidence for the stall watch."""
+
+    gen: int
+    stream: Stream
+    tail: str  # the chunk's last line (or redrawn progress-bar state), cleaned
+    bar: bool  # the chunk redrew a progress bar (a carriage return)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildStage:
+    """While starting, the child printed a stage marker (core/stages.MARKERS)."""
+
+    gen: int
+    stage: str
+
+
+@dataclass(frozen=True, slots=True)
 class ChildExited:
     """The child process was reaped."""
 
@@ -122,5 +140,6 @@ class GroupExit:
     reason: str
 
 
-Event = (ChildLine | ChildExited | HealthResult | Tick | SignalReceived | FileChanged
-         | CommandChanged | PeerLine | PeerDown | GroupRelaunch | GroupReady | GroupExit)
+Event = (ChildLine | ChildOutput | ChildStage | ChildExited | HealthResult | Tick
+         | SignalReceived | FileChanged | CommandChanged | PeerLine | PeerDown | GroupRelaunch
+         | GroupReady | GroupExit)

@@ -73,6 +73,29 @@ class HealthSection:
     liveness_failures: int = 3  # this many failed /health_generate in a row restart SGLang
 
 
+ON_STALL = ("restart", "give_up")
+
+
+@dataclass(frozen=True, slots=True)
+class StartSection:
+    """Start-up progress watching: per stage, the longest time without progress (0: off).
+
+    Progress is a line of SGLang's own log format or a redrawn progress bar; the stages are
+    those of core/stages.py. Generous defaults: a big model on a slow disk is not a hang.
+    """
+
+    init_s: float = 900.0  # imports, argument resolution, between the stages below
+    dist_init_s: float = 900.0  # "Init parallel begin." until its end (peers, NCCL, gloo)
+    weights_s: float = 1800.0  # "Load weight begin." until its end (bars count)
+    cuda_graph_s: float = 1200.0  # "Capture ... graph begin." until its end
+    warmup_s: float = 900.0  # "Uvicorn running on" until "ready to roll"
+    on_stall: str = "restart"  # restart (counts as a failure) | give_up (exit 75)
+
+    def limit(self, stage: str) -> float:
+        """The limit for `stage` (a name from core/stages.STAGES)."""
+        return float(getattr(self, f"{stage}_s"))
+
+
 @dataclass(frozen=True, slots=True)
 class RulesSection:
     """Which rule packs the supervisor matches log lines against."""
@@ -152,6 +175,7 @@ class GuardConfig:
     health: HealthSection = field(default_factory=HealthSection)
     rules: RulesSection = field(default_factory=RulesSection)
     group: GroupSection = field(default_factory=GroupSection)
+    start: StartSection = field(default_factory=StartSection)
     status: StatusSection = field(default_factory=StatusSection)
     state_dir: str | None = None
     gpu_sm: str = "auto"
@@ -179,8 +203,8 @@ def with_overrides(cfg: GuardConfig, policy: str | None, gpu_sm: str | None,
 def parse_guard_config(text: str, path: str) -> GuardConfig:
     """Parse and validate the TOML text of a guard config."""
     root = Table.parse(text, path)
-    root.known({"sglang", "policy", "restart", "health", "rules", "group", "state", "gpu", "log",
-                "status"})
+    root.known({"sglang", "policy", "restart", "health", "rules", "group", "start", "state",
+                "gpu", "log", "status"})
     return GuardConfig(
         path=path,
         sglang=_section(root.table("sglang"), SglangSection),
@@ -189,6 +213,7 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
         health=_section(root.table("health"), HealthSection),
         rules=_section(root.table("rules"), RulesSection),
         group=_group(root.table("group")),
+        start=_start(root.table("start")),
         status=_status(root.table("status")),
         state_dir=_leaf(root, "state", "dir").text("dir"),
         gpu_sm=_gpu_sm(_leaf(root, "gpu", "sm")),
@@ -204,6 +229,10 @@ def _group(raw: Table) -> GroupSection:
     if group.heartbeat_s <= 0:
         raise raw.fail("heartbeat_s", "must be above 0")
     return group
+def _start(table: Table) -> StartSection:
+    section: StartSection = _section(table, StartSection)
+    table.choice("on_stall", ON_STALL, "restart")
+    return section
 
 
 def _status(raw: Table) -> StatusSection:

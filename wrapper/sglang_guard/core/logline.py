@@ -62,3 +62,58 @@ def clean_block(raw: bytes) -> bytes:
     if b"\x00" in raw or b"\x1b" in raw:
         raw = raw.translate(None, _DROP)
     return raw
+
+
+# --- SGLang's own error output -----------------------------------------------------------
+# What a rule may act on (issue 12): an exception line that ends a traceback, a record at
+# error level, argparse's own error line, or the message of an SGLang log record. A logged
+# request (`Receive: obj=...`, `Finish: obj=...`), an HTTP access line or a warning is none of
+# these, and text inside quotes is never matched (see core/rules.py, QUOTE_LEAD).
+
+# SGLang's record format: "[%(asctime)s{.ms}{prefix}] %(message)s" with datefmt
+# "%Y-%m-%d %H:%M:%S" and prefix " TP0", " DP0 TP1 EP0", ... (0.5.23
+# srt/utils/common.py:2630). It carries no level name.
+# Every repetition below is bounded: constant work per line whatever the line holds.
+_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] ")
+# A level prefix inside a record or alone: uvicorn's "ERROR:    " (its default formatter
+# "%(levelprefix)s %(message)s"), as in "[2026-11-29 16:50:37] ERROR:    [Errno 98] ...".
+_ERROR_LEVEL = re.compile(r"(?:ERROR|CRITICAL):\s{1,16}")
+# The last line of a Python traceback, at column 0: "ValueError: ...",
+# "torch.OutOfMemoryError: ...", "Exception: ..." (traceback.format_exception_only); also
+# the "- ImportError: ..." items of sgl_kernel's load report (sgl_kernel/load_utils.py).
+# A class name has a lower-case letter: "WARNING:" and "INFO:" are level names, not classes.
+_EXCEPTION = re.compile(
+    r"(?:- )?(?:[A-Za-z_]\w{0,63}\.){0,8}[A-Z][A-Z0-9_]{0,63}[a-z]\w{0,127}(?::|$)")
+# argparse's error line: "sglang serve: error: ...", "launch_server.py: error: ..."
+# (Python 3.11 argparse.py, ArgumentParser.error).
+_ARGPARSE = re.compile(r"[^\s:]{1,128}(?: [^\s:]{1,128})?: (?=error: )")
+
+
+# A log collector's line prefix, as in a pasted `docker compose` log ("svc  | ..."): dropped.
+_COLLECTOR = re.compile(r"[\w.-]{1,64}\s{1,16}\| ")
+
+
+def error_text(line: str) -> tuple[str, bool] | None:
+    """The part of `line` a rule may match, and whether it must match at its start.
+
+    None: not SGLang's error output. Exception lines, error-level records and argparse's
+    error line may match anywhere outside quotes (False); a plain SGLang record, whose level
+    the format does not show, only at the start of its message (True): a request record
+    starts with "Receive:"/"Finish:", an access line with "INFO:", never with a rule's text.
+    """
+    collector = _COLLECTOR.match(line)
+    if collector:
+        line = line[collector.end():]
+    record = _RECORD.match(line)
+    rest = line[record.end():] if record else line
+    level = _ERROR_LEVEL.match(rest)
+    if level:
+        return rest[level.end():], False
+    if record:
+        return rest, True
+    if _EXCEPTION.match(line):
+        return line, False
+    argparse = _ARGPARSE.match(line)
+    if argparse:
+        return line[argparse.end():], False
+    return None

@@ -28,6 +28,8 @@ from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.events import (
     ChildExited,
     ChildLine,
+    ChildOutput,
+    ChildStage,
     CommandChanged,
     Event,
     FileChanged,
@@ -40,7 +42,7 @@ from sglang_guard.core.events import (
     SignalReceived,
     Tick,
 )
-from sglang_guard.core.guardconfig import HealthSection, RestartSection
+from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSection
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import (
@@ -51,8 +53,10 @@ from sglang_guard.core.rules import (
     advice_for,
     advice_record,
     first_fix,
+    in_phase,
 )
-from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
+from sglang_guard.core.stages import Stalled, is_progress
+from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
 
 READY_LINE = "The server is fired up and ready to roll!"
 SETTLE_S = 2.0  # a catch-all match waits this long for a more specific line of the same crash
@@ -74,6 +78,7 @@ class Env:
     # A multi-node group: "leader" also decides for its workers' lines and failures;
     # a "worker" decides nothing itself and follows its leader's orders (core/group.py).
     role: str = "solo"  # solo | leader | worker
+    start: StartSection = field(default_factory=StartSection)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +127,14 @@ class State:
     # The command line before the guard's last fix, and the flag that fix changed: SGLang's
     # parser rejecting that flag undoes the fix (cleared once a launch is ready).
     before_fix: tuple[CommandLine, str] | None = None
+    # The start-up watch (core/stages.py): the stage SGLang is in, when it last made
+    # progress (None: not since the spawn), the last line it printed, the live stall
+    # timer's number, and what was seen when the start stalled (for /startupz).
+    stage: str = "init"
+    progress_at: float | None = None
+    last_line: str = ""
+    stall_seq: int = 0
+    stalled: Stalled | None = None
 
 
 def start(state: State, env: Env) -> tuple[State, list[Action]]:
@@ -145,12 +158,18 @@ def step(state: State, event: Event, env: Env, now: float, jitter: float
     if getattr(event, "gen", state.gen) != state.gen:
         return state, []  # a late event of a launch that is already over
     if isinstance(event, ChildLine):
-        return _on_line(state, event, env)
+        return _on_line(state, event, env, now)
     if isinstance(event, PeerLine | PeerDown):
-        return _on_peer(state, event, env)
+        return _on_peer(state, event, env, now)
+    if isinstance(event, ChildOutput):
+        return _on_output(state, event, now), []
+    if isinstance(event, ChildStage):
+        return _on_stage(state, event.stage, env, now)
     if isinstance(event, HealthResult):
         return _on_health(state, event, env)
     if isinstance(event, Tick):
+        if event.name.startswith(STALL):
+            return _on_stall_tick(state, event, env, now)
         return _on_tick(state, event, env)
     if isinstance(event, ChildExited):
         return _on_exit(state, event, env, now, jitter)
@@ -160,13 +179,16 @@ def step(state: State, event: Event, env: Env, now: float, jitter: float
 def _spawn(state: State, env: Env, cl: CommandLine, why: str) -> tuple[State, list[Action]]:
     gen = state.gen + 1
     new = replace(state, cl=cl, gen=gen, phase="starting", ready_line=False,
-                  liveness_streak=0, pending=None, tentative=None)
+                  liveness_streak=0, pending=None, tentative=None, stage="init",
+                  progress_at=None, last_line="", stalled=None)
     argv = redact_argv(cl.argv, env.options)
+    new, watch = _watch_stall(new, env, env.start.limit("init"))
     return new, [
         Spawn(gen, cl.argv),
         Journal({"event": "child.start", "gen": gen, "reason": why, "argv": argv}),
         Notify(status=f"loading (launch {gen})"),
         Schedule("ready_timeout", gen, env.restart.ready_timeout_s),
+        *watch,
     ]
 
 
@@ -202,13 +224,90 @@ def _on_command_changed(state: State, event: CommandChanged, env: Env
 
 
 def _ctx(state: State, env: Env) -> MatchContext:
+    phase = "running" if state.phase == "ready" else "start"
     return MatchContext(state.cl.effective(), env.arch, env.sm, env.sglang_version, env.options,
-                        state.before_fix[1] if state.before_fix else None)
+                        state.before_fix[1] if state.before_fix else None, phase=phase)
 
 
-def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Action]]:
+# --- the start-up watch ---------------------------------------------------------------------
+
+STALL = "stall:"  # Tick names "stall:<n>": only the latest timer of a launch counts
+
+
+def _watch_stall(state: State, env: Env, delay: float) -> tuple[State, list[Action]]:
+    """Start a new stall timer (the older one, if any, is ignored when it fires)."""
+    seq = state.stall_seq + 1
+    state = replace(state, stall_seq=seq)
+    if delay <= 0:  # this stage is not watched
+        return state, []
+    return state, [Schedule(f"{STALL}{seq}", state.gen, delay)]
+
+
+def _on_output(state: State, event: ChildOutput, now: float) -> State:
+    if state.phase != "starting":
+        return state
+    if event.tail:
+        state = replace(state, last_line=event.tail)
+    if is_progress(event.tail, event.bar):
+        state = replace(state, progress_at=now)
+    return state
+
+
+def _on_stage(state: State, stage: str, env: Env, now: float) -> tuple[State, list[Action]]:
+    """The next stage began: progress, and a timer with that stage's own limit."""
+    if state.phase != "starting":
+        return state, []
+    if stage == state.stage:  # every TP rank prints its markers: the same stage again
+        return replace(state, progress_at=now), []
+    state = replace(state, progress_at=now, stage=stage)
+    state, watch = _watch_stall(state, env, env.start.limit(stage))
+    return state, [Journal({"event": "start.stage", "gen": state.gen, "stage": stage}), *watch]
+
+
+def _on_stall_tick(state: State, event: Tick, env: Env, now: float
+                   ) -> tuple[State, list[Action]]:
+    if state.phase != "starting" or event.name != f"{STALL}{state.stall_seq}":
+        return state, []
+    if env.role == "worker":  # a worker's stalled start is the group's: its leader decides
+        return state, []
+    limit = env.start.limit(state.stage)
+    if limit <= 0:
+        return state, []
+    # No progress since the spawn: this timer was set at the spawn, for the whole limit.
+    silent = limit if state.progress_at is None else now - state.progress_at
+    if silent < limit:
+        return _watch_stall(state, env, limit - silent)
+    stalled = Stalled(state.stage, state.last_line, round(silent, 3))
+    state = replace(state, stalled=stalled)
+    reason = (f"start stalled: no progress in stage {stalled.stage} for {silent:.0f}s "
+              f"(limit {limit:g}s; last line: {stalled.line[:200]!r})")
+    journal = Journal({"event": "start.stalled", "gen": state.gen, "stage": stalled.stage,
+                       "line": stalled.line, "silent_s": stalled.silent_s, "limit_s": limit,
+                       "action": env.start.on_stall})
+    notify = Notify(status=f"start stalled in {stalled.stage}")
+    if env.start.on_stall == "give_up":
+        pending = Pending("exit", code=EXIT_GIVE_UP, reason=reason)
+        new, actions = _stop(state, pending, "start stalled")
+        return new, [journal, Journal({"event": "give_up.planned", "gen": state.gen,
+                                       "reason": reason}), notify, *actions]
+    pending = Pending("restart", cl=state.cl, failure=True, reason=reason)
+    new, actions = _stop(state, pending, "start stalled")
+    return new, [journal, notify, *actions]
+
+
+# --- log lines ------------------------------------------------------------------------------
+
+
+def _on_line(state: State, event: ChildLine, env: Env, now: float
+             ) -> tuple[State, list[Action]]:
     actions: list[Action] = []
-    if state.phase not in ("starting", "ready") or env.role == "worker":
+    if state.phase not in ("starting", "ready"):
+        return state, actions
+    if state.phase == "starting":
+        state = replace(state, last_line=event.text)
+        if is_progress(event.text, False):
+            state = replace(state, progress_at=now)
+    if env.role == "worker":
         return state, actions  # a worker's lines go to its leader, which decides
     if state.phase == "starting" and READY_LINE in event.text and not state.ready_line:
         state = replace(state, ready_line=True)
@@ -222,7 +321,7 @@ def _on_line(state: State, event: ChildLine, env: Env) -> tuple[State, list[Acti
     if fix is None:
         # A rule that already fired and now finds nothing left to change (its flag is gone
         # or already has the new value) fired again after its fix: the fix did not hold.
-        again = exhausted or _refired(env.matcher, event.text, state.fired)
+        again = exhausted or _refired(env.matcher, event.text, state.fired, _ctx(state, env).phase)
         if again and not isinstance(state.tentative, Refired):
             # Not at once: a later line of the same burst may still name a fix (torch's OOM
             # line comes before SGLang's "Capture cuda graph failed", say). A pending
@@ -250,8 +349,10 @@ def _settle(state: State, env: Env) -> tuple[State, list[Action]]:
     return _apply_fix(state, what.fix, what.line, env)
 
 
-def _refired(matcher: Matcher, line: str, fired: Mapping[str, int]) -> tuple[Rule, ...]:
-    return tuple(r for r in matcher.candidates(line) if r.fatal and fired.get(r.id, 0) > 0)
+def _refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str
+             ) -> tuple[Rule, ...]:
+    return tuple(r for r in matcher.candidates(line)
+                 if r.fatal and fired.get(r.id, 0) > 0 and in_phase(r, phase))
 
 
 def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list[Action]]:
@@ -259,6 +360,13 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
     fired = {**state.fired, rule.id: state.fired.get(rule.id, 0) + 1}
     state = replace(state, fired=fired)
     base = {"trigger": "log", "rule": rule.id, "line": line, "gen": state.gen}
+    if fix.action == "environment":
+        diagnosis = fix.diagnosis or rule.reason
+        pending = Pending("exit", code=EXIT_ENVIRONMENT, reason=f"{rule.id}: {diagnosis}")
+        new, actions = _stop(state, pending, f"rule {rule.id}")
+        return new, [Journal({"event": "give_up.planned", **base, "class": "environment",
+                              "reason": diagnosis}),
+                     Notify(status=f"environment failure: {diagnosis}"), *actions]
     if fix.action == "give_up":
         pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {rule.reason}")
         new, actions = _stop(state, pending, f"rule {rule.id}")
@@ -406,7 +514,7 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
         journal += [a for a in acts if not isinstance(a, Stop)]
     pending = state.pending
     if pending is not None and pending.kind == "exit":
-        if pending.code == EXIT_GIVE_UP:  # every give-up is journaled the same way
+        if pending.code in (EXIT_GIVE_UP, EXIT_ENVIRONMENT):  # every give-up journaled alike
             journal.append(Journal({"event": "give_up", "reason": pending.reason}))
         return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
     if pending is None and env.role == "worker":  # the leader counts it and says what next
@@ -443,13 +551,14 @@ def _failure(state: State, env: Env, cl: CommandLine, reason: str, *, now: float
 # -- a multi-node group: the leader decides for every node, a worker follows ---------------
 
 
-def _on_peer(state: State, event: PeerLine | PeerDown, env: Env) -> tuple[State, list[Action]]:
+def _on_peer(state: State, event: PeerLine | PeerDown, env: Env, now: float
+             ) -> tuple[State, list[Action]]:
     """Leader: a worker's line is matched as if it were rank 0's; a lost worker is a failure."""
     if isinstance(event, PeerLine):
         if READY_LINE in event.text:
             return state, []
         line = ChildLine(state.gen, "stderr", event.text, len(event.text))
-        new, actions = _on_line(state, line, env)
+        new, actions = _on_line(state, line, env, now)
         return new, [Journal({**a.record, "node": event.rank}) if isinstance(a, Journal) else a
                      for a in actions]
     if state.phase not in ("starting", "ready"):

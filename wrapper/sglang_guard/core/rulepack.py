@@ -19,11 +19,17 @@ from sglang_guard.core.tomlread import Table
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
 
-# "advice": no automatic action; the guard shows the rule's explanation and solutions.
+# "environment": give up at once with EXIT_ENVIRONMENT: a broken install (a kernel library
+# built for another torch, a CUDA library missing, a GPU the build has no code for) that no
+# restart and no flag fixes. "advice": no automatic action; the guard shows the rule's
+# explanation and solutions.
 ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit",
-           "advice")
+           "environment", "advice")
 FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 SCALE = "scale:"
+# When a rule acts: before SGLang is ready ("start", the default: most failures are a start
+# that cannot work), after it ("running"), or both ("any").
+PHASES = ("start", "running", "any")
 ABOVE = "above:"
 # A pattern's named group `current` (e.g. "under --mem-fraction-static=(?P<current>[0-9.]+)")
 # is the value SGLang ran with: the base of `scale:F` when the flag is not on the command line.
@@ -68,6 +74,7 @@ class Rule:
     # Higher wins when one line matches several rules; a catch-all (a crash banner printed
     # before the real cause) sits below zero so that the specific rule is preferred.
     priority: int = 0
+    phase: str = "start"  # one of PHASES
     # From an error-dataset record (`rules import`): its id, and what a person should read.
     record: str | None = None
     explanation: str = ""
@@ -115,6 +122,7 @@ _RULE_KEYS = frozenset(
         "minimum",
         "maximum",
         "priority",
+        "phase",
         "record",
         "explanation",
         "solutions",
@@ -249,11 +257,14 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
         minimum=None if minimum is None else float(minimum),
         maximum=None if maximum is None else float(maximum),
         priority=chk.get("priority", int, 0),
+        phase=chk.choice("phase", PHASES, "start"),
         record=chk.get("record", str),
         explanation=chk.get("explanation", str, ""),
         solutions=chk.strings("solutions") or (),
         prevention=chk.strings("prevention") or (),
     )
+    if action == "environment" and not rule.reason:
+        raise chk.fail("reason", "an environment rule needs the one-line diagnosis it gives")
     _check_new_value(chk, rule)
     return rule
 
@@ -283,3 +294,11 @@ def load_default_pack() -> RulePack:
     """The shipped pack, `configs/rules/default.toml` (reads one bundled file)."""
     path = config_path("rules", "default.toml")
     return parse_pack(path.read_text(encoding="utf-8"), str(path))
+
+
+def load_default_packs() -> tuple[RulePack, ...]:
+    """The shipped packs: `default.toml`, then `environment.toml` (broken installs)."""
+    packs = [load_default_pack()]
+    path = config_path("rules", "environment.toml")
+    packs.append(parse_pack(path.read_text(encoding="utf-8"), str(path)))
+    return tuple(packs)

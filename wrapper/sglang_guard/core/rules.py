@@ -1,14 +1,19 @@
 """Log rules at work: which rule a log line triggers, and the flag change that answers it.
 
-`Matcher` compiles every pack's patterns (see `core/rulepack.py`) into one RE2 set, and
+`Matcher` compiles every pack's patterns (see `core/rulepack.py`) into RE2 sets, and
 `first_fix` turns a matching line into at most one `Fix` for the current command line.
 RE2 matching is linear in the line, so a hostile pattern cannot stall the log pipe.
+
+A rule reads SGLang's own error output only (`core/logline.error_text`): the text of an
+exception line, an error-level record or argparse's error anywhere outside quotes, a plain
+SGLang record's message from its start. A logged request, an access line or a quoted string
+never triggers one. A rule acts in its phase only (`Rule.phase`: start, running or any).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -16,6 +21,7 @@ import re2
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.core.logline import error_text
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rulepack import (
     ABOVE,
@@ -29,9 +35,11 @@ from sglang_guard.core.rulepack import (
     RulePack,
     compile_pattern,
     load_default_pack,
+    load_default_packs,
     number,
     parse_pack,
 )
+from sglang_guard.core.stages import MARKERS, last_stage
 from sglang_guard.errors import ConfigError
 
 __all__ = [
@@ -48,7 +56,9 @@ __all__ = [
     "captures",
     "compile_pattern",
     "first_fix",
+    "in_phase",
     "load_default_pack",
+    "load_default_packs",
     "parse_pack",
     "plan_fix",
 ]
@@ -67,6 +77,7 @@ class MatchContext:
     options: OptionTable | None = None
     # The flag the guard's own last fix changed (None: no fix since the last ready launch).
     last_edit_flag: str | None = None
+    phase: str = "start"  # "start" before SGLang is ready, "running" after
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,9 +89,23 @@ class Fix:
     flag: str | None
     old_value: str | None
     new_value: str | None
+    diagnosis: str = ""  # the rule's reason with the line's named groups filled in (first_fix)
 
 
 # --- matching ------------------------------------------------------------------------------
+
+# A match must start outside quotes: the text before it is unquoted characters, escapes and
+# whole quoted strings ('...' or "...", as Python's repr writes them). Anchored at the start
+# of the text; RE2 keeps it linear.
+QUOTE_LEAD = r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*?"""
+# The prefilter's lead, per line of a block: a superset of what `error_text` lets a rule
+# read -- an SGLang record's message start (or its ERROR: text), or a line that starts with
+# a letter or "- " (exception lines, argparse, a bare ERROR:). Indented traceback source,
+# warnings ("/path.py:71: UserWarning"), logged requests and access lines never pass it,
+# so those near-miss lines cost no per-line work.
+BLOCK_LEAD = (r"(?m)^(?:[\w.-]{1,64}\s{1,16}\| )?"
+              r"(?:\[\d{4}-\d\d-\d\d [^\]\n]*\] (?:(?:ERROR|CRITICAL):[^\n]*?)?"
+              r"|(?:- )?(?:[A-Za-z_][^\n]*?)?)")
 
 
 class Matcher:
@@ -100,31 +125,80 @@ class Matcher:
                         f"({owner[rule.id].path})",
                     )
                 owner[rule.id] = pack
-        self._set = re2.Set.SearchSet(RE2_OPTIONS)
-        # The same patterns over a block of many lines: (?m) lets ^ and $ match at every
-        # line, so a block that matches nothing holds no line that would (a superset test).
+        # Two sets over the error text of one line: matches anywhere outside quotes, and
+        # matches at the start only (a plain SGLang record, whose level is not printed).
+        self._free = re2.Set.MatchSet(RE2_OPTIONS)
+        self._start = re2.Set.MatchSet(RE2_OPTIONS)
+        # The patterns over a block of many lines, each behind BLOCK_LEAD: a block that
+        # matches nothing holds no line that would (a superset test).
         self._block = re2.Set.SearchSet(RE2_OPTIONS)
         for rule in self.rules:
-            self._set.Add(rule.pattern)
-            self._block.Add("(?m)" + rule.pattern)
-        self._set.Compile()
+            self._free.Add(f"{QUOTE_LEAD}(?:{rule.pattern})")
+            self._start.Add(f"(?:{rule.pattern})")
+            self._block.Add(f"{BLOCK_LEAD}(?:{rule.pattern})")
+        # The start-up stage markers share the scan (after the rules): the stall watch.
+        for _, _, marker in MARKERS:
+            self._block.Add(marker)
+        # Non-fatal rules (notes `explain` shows; they never act) read every line as it is.
+        self._notes = re2.Set.SearchSet(RE2_OPTIONS)
+        self._note_ids = tuple(i for i, r in enumerate(self.rules) if not r.fatal)
+        for i in self._note_ids:
+            self._notes.Add(self.rules[i].pattern)
+        self._free.Compile()
+        self._start.Compile()
         self._block.Compile()
+        if self._note_ids:
+            self._notes.Compile()
+        self._compiled: dict[str, Any] = {}
 
     def might_match(self, block: bytes) -> bool:
         """False only when no line of `block` (UTF-8 lines joined by newlines) can match."""
-        return bool(self.rules) and bool(self._block.Match(block))
+        return self.scan(block)[0]
+
+    def scan(self, block: bytes) -> tuple[bool, str | None]:
+        """One pass over `block`: might a line match a rule, and the last stage it starts."""
+        hits = self._block.Match(block)
+        if not hits:
+            return False, None
+        n = len(self.rules)
+        markers = [i - n for i in hits if i >= n]
+        return len(markers) < len(hits), last_stage(block, markers) if markers else None
 
     def candidates(self, line: str) -> tuple[Rule, ...]:
-        """The rules whose pattern matches `line`, in pack order."""
+        """The rules whose pattern matches `line` (fatal ones: its error text), in pack order."""
         if not self.rules:
             return ()
         try:
-            hits = self._set.Match(line)
+            hits = self._hits(line)
         except UnicodeEncodeError:  # lone surrogates (surrogateescape input): RE2 needs UTF-8
-            hits = self._set.Match(line.encode("utf-8", "replace").decode("utf-8"))
-        if not hits:
-            return ()
+            hits = self._hits(line.encode("utf-8", "replace").decode("utf-8"))
         return tuple(self.rules[i] for i in sorted(hits))
+
+    def _hits(self, line: str) -> set[int]:
+        hits: set[int] = set()
+        found = error_text(line)
+        if found is not None:
+            text, at_start = found
+            found_set = (self._start if at_start else self._free).Match(text) or ()
+            hits.update(i for i in found_set if self.rules[i].fatal)
+        if self._note_ids:
+            hits.update(self._note_ids[i] for i in self._notes.Match(line) or ())
+        return hits
+
+    def diagnose(self, rule: Rule, line: str) -> str:
+        """`rule.reason` with `{name}` replaced by the pattern's named group from `line`."""
+        if "{" not in rule.reason:
+            return rule.reason
+        found = error_text(line)
+        regex = self._compiled.get(rule.id)
+        if regex is None:
+            regex = self._compiled[rule.id] = compile_pattern(rule.pattern)
+        match = regex.search(found[0]) if found is not None else None
+        groups = {k: v for k, v in (match.groupdict() if match else {}).items() if v}
+        return str(_PLACEHOLDER.sub(lambda m: groups.get(m.group(1), "?"), rule.reason))
+
+
+_PLACEHOLDER = re2.compile(r"\{(\w+)\}")
 
 
 # `above:G` sets the flag this much above the number SGLang names (then caps it).
@@ -179,6 +253,11 @@ def _scaled(rule: Rule, current: str | None, seen: str | None = None) -> str | N
     if base.is_integer() and "." not in base_text and "e" not in base_text.lower():
         return str(max(1, int(value)))  # a count (a batch size) stays a whole number >= 1
     return format(round(value, 4), "g")
+
+
+def in_phase(rule: Rule, phase: str) -> bool:
+    """Whether `rule` acts in this phase of the server ("start" or "running")."""
+    return rule.phase in ("any", phase)
 
 
 def _conditions_hold(cond: Conditions, ctx: MatchContext) -> bool:
@@ -267,7 +346,8 @@ def first_fix(
     conditions hold, it has fires left and `plan_fix` finds something to change. Advice
     rules are never candidates: they change nothing (see `advice_for`).
     """
-    candidates = sorted((r for r in matcher.candidates(line) if r.fatal and r.action != "advice"),
+    candidates = sorted((r for r in matcher.candidates(line)
+                         if r.fatal and r.action != "advice" and in_phase(r, ctx.phase)),
                         key=lambda r: -r.priority)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
@@ -279,6 +359,8 @@ def first_fix(
         if chosen is None:
             chosen = _undo(rule, ctx, line) if rule.action == "undo_guard_edit" \
                 else plan_fix(rule, ctx, line)
+    if chosen is not None:
+        chosen = replace(chosen, diagnosis=matcher.diagnose(chosen.rule, line))
     return chosen, tuple(exhausted)
 
 
@@ -293,7 +375,8 @@ def _undo(rule: Rule, ctx: MatchContext, line: str) -> Fix | None:
 def advice_for(matcher: Matcher, line: str, ctx: MatchContext) -> tuple[Rule, ...]:
     """The advice rules (no automatic action) that `line` triggers on this command line."""
     return tuple(r for r in matcher.candidates(line)
-                 if r.action == "advice" and _conditions_hold(r.conditions, ctx))
+                 if r.action == "advice" and in_phase(r, ctx.phase)
+                 and _conditions_hold(r.conditions, ctx))
 
 
 def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:

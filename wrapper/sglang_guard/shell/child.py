@@ -6,6 +6,9 @@ Threads per launch (all daemons, all only *put* events):
 - one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
   single `ChildExited` -- every `ChildLine` of a launch is on the queue before it.
 
+`on_chunk(stream, chunk)`, if given, sees every chunk as read (the stall watch's progress
+evidence); it must be cheap and never block.
+
 A line longer than the cap is passed through whole but only its head is kept for matching;
 `ChildLine.length` counts the whole line's bytes, without its newline.
 
@@ -80,9 +83,11 @@ class _Pump:
         cap: int,
         budget: int,
         prefilter: Callable[[bytes], bool] | None = None,
+        on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
         self._prefilter = prefilter
+        self._on_chunk = on_chunk
         self._cap, self._budget = cap, budget
         self._head = bytearray()  # the first `cap` bytes of the current line
         self._length = 0  # the current line's full length so far
@@ -110,6 +115,8 @@ class _Pump:
                     self._cond.wait_for(lambda: self._pending < self._budget)
                     self._pending += len(chunk)
                 self._chunks.put(chunk)
+                if self._on_chunk is not None:
+                    self._on_chunk(self._stream, chunk)
                 self._cut(chunk)
             if self._head or self._length:  # a last line without a newline still counts
                 self._line()
@@ -177,6 +184,7 @@ class Child:
         cap: int,
         budget: int,
         prefilter: Callable[[bytes], bool] | None = None,
+        on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
             raise ValueError("the child must be spawned with both pipes")
@@ -184,7 +192,7 @@ class Child:
         self.pgid = proc.pid  # start_new_session: the child leads its own session and group
         self._events = events
         make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget,
-                                 prefilter=prefilter)
+                                 prefilter=prefilter, on_chunk=on_chunk)
         self._pumps = (
             make(pipe=proc.stdout, stream="stdout", sink=sinks[0]),
             make(pipe=proc.stderr, stream="stderr", sink=sinks[1]),
@@ -210,6 +218,7 @@ class Child:
         line_cap: int = LINE_CAP,
         byte_budget: int = BYTE_BUDGET,
         prefilter: Callable[[bytes], bool] | None = None,
+        on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
 
@@ -241,6 +250,7 @@ class Child:
             cap=line_cap,
             budget=byte_budget,
             prefilter=prefilter,
+            on_chunk=on_chunk,
         )
 
     def _put_line(self, stream: Stream, head: bytes, length: int) -> None:

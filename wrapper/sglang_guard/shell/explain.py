@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.logline import LINE_CAP, clean
+from sglang_guard.core.logline import LINE_CAP, clean, error_text
 from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, burst_fix
+from sglang_guard.errors import EXIT_ENVIRONMENT
 from sglang_guard.shell import logstream
 from sglang_guard.shell.packs import load_packs
 
@@ -22,6 +23,8 @@ class Match:
     line_no: int
     line: str
     rule: Rule
+    why: str = ""  # the rule's reason with the line's named groups filled in
+    bare: bool = False  # read as an exception's text (see `bare_line`): listed after the rest
 
     def as_dict(self) -> dict[str, Any]:
         """The `explain --json` shape."""
@@ -29,7 +32,7 @@ class Match:
         return {"line_no": self.line_no, "line": self.line, "rule": r.id,
                 "flag": r.flags[0] if r.flags else None, "flags": list(r.flags),
                 "action": r.action, "new_value": r.new_value, "fatal": r.fatal,
-                "reason": r.reason, "source": r.source, "record": r.record,
+                "reason": self.why or r.reason, "source": r.source, "record": r.record,
                 "explanation": r.explanation, "solutions": list(r.solutions),
                 "prevention": list(r.prevention)}
 
@@ -38,9 +41,10 @@ class Match:
         r = self.rule
         target = f" {' / '.join(r.flags)}" if r.flags else ""
         value = f" -> {r.new_value}" if r.new_value else ""
+        action = f"{r.action} (exit {EXIT_ENVIRONMENT})" if r.action == "environment" else r.action
         text = (f"line {self.line_no}: {self.line}\n"
-                f"  rule {r.id} ({r.pack}): {r.action}{target}{value}\n"
-                f"  why: {r.reason}")
+                f"  rule {r.id} ({r.pack}): {action}{target}{value}\n"
+                f"  why: {self.why or r.reason}")
         return text + advice_text(r)
 
 
@@ -71,11 +75,26 @@ def explain_lines(lines: Iterable[str], cfg: GuardConfig) -> list[Match]:
     found: list[Match] = []
     for n, text in enumerate(lines, start=1):
         rules = matcher.candidates(text)
+        bare = bare_line(text)
+        if not rules and bare is not None:
+            rules = matcher.candidates(bare)
         if rules and len(found) < MAX_MATCHES:
             best = sorted(rules, key=lambda r: (not r.fatal, r.action == "advice",
                                                 -r.priority))[0]
-            found.append(Match(n, text, best))
-    return sorted(found, key=lambda m: (not m.rule.fatal, m.rule.priority < 0, m.line_no))
+            found.append(Match(n, text, best, matcher.diagnose(best, bare or text),
+                               bare=not matcher.candidates(text)))
+    return sorted(found, key=lambda m: (m.bare, not m.rule.fatal, m.rule.priority < 0,
+                                        m.line_no))
+
+
+def bare_line(text: str) -> str | None:
+    """A pasted line that is neither SGLang's error output nor one of its records, as an
+    exception's text: a message copied from an issue title or a screenshot, or wrapped by a
+    comment. `explain` falls back to these only when nothing else names a fix; the
+    supervisor, which reads SGLang's own pipes, never reads a line this way."""
+    if not text.strip() or error_text(text) is not None or text.startswith("["):
+        return None
+    return f"Exception: {text}"
 
 
 def matching_lines(matches: list[Match]) -> list[str]:
@@ -112,4 +131,12 @@ def explain_fix(lines: list[str], cfg: GuardConfig, argv: list[str], *,
     options = load_option_table()
     cl = read_command_line(argv, options)
     ctx = MatchContext(cl.effective(), "unknown", sm, sglang_version, options)
-    return burst_fix(Matcher(load_packs(cfg)), lines, ctx)
+    matcher = Matcher(load_packs(cfg))
+    fix = burst_fix(matcher, lines, ctx)
+    if fix is None:
+        # A pasted excerpt is not always SGLang's output as printed: a message copied from
+        # an issue title or a screenshot, or wrapped by a comment. Only then, and never for
+        # an SGLang record (a logged request is one), a bare line is read as an exception's
+        # text. The supervisor, which reads SGLang's own pipes, never does this.
+        fix = burst_fix(matcher, [b for b in map(bare_line, lines) if b is not None], ctx)
+    return fix

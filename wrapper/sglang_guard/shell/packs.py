@@ -9,16 +9,16 @@ from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.packcheck import check_allow_set, check_pack, release_to_check
 from sglang_guard.core.releases import known_releases
-from sglang_guard.core.rules import RulePack, load_default_pack, parse_pack
+from sglang_guard.core.rules import RulePack, load_default_packs, parse_pack
 from sglang_guard.errors import ConfigError
 from sglang_guard.shell.files import read_user_text
 
 
 def load_packs(cfg: GuardConfig, running: OptionTable | None = None) -> tuple[RulePack, ...]:
-    """The default pack (unless disabled) and the packs the guard config names, each checked
+    """The default packs (unless disabled) and the packs the guard config names, each checked
     against the running release's option table (or, for a pack whose range does not hold
     it, the newest shipped release its range holds)."""
-    packs = [load_default_pack()] if cfg.rules.default_pack else []
+    packs = list(load_default_packs()) if cfg.rules.default_pack else []
     for path in cfg.rules.packs:
         text = read_user_text(path, "a rule pack (TOML)", partial(ConfigError, path, None))
         packs.append(parse_pack(text, path))

@@ -75,7 +75,7 @@ class Reloader:
             cfg = self.overrides(read_guard_config(self.cfg.path)) if self.cfg.path \
                 else self.cfg
             new_env = replace(env, matcher=Matcher(load_packs(cfg, env.options)),
-                              restart=cfg.restart, health=cfg.health)
+                              restart=cfg.restart, health=cfg.health, start=cfg.start)
         except GuardError as exc:
             return self._rejected(record, str(exc), env_applied=False)
         self.cfg = cfg

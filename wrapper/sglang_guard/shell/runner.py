@@ -135,7 +135,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     env = Env(options=first.options, matcher=Matcher(load_packs(cfg, first.options)),
               restart=cfg.restart, health=cfg.health, arch=first.arch, sm=first.sm,
               sglang_version=release.version,
-              derived_dir=derived_dir(opts.state_dir))
+              derived_dir=derived_dir(opts.state_dir), start=cfg.start)
     reloader = Reloader(cfg=cfg, overrides=opts.overrides, prepare=preflight, base=first.cl,
                         argv_from_cli=None if opts.argv_from_config else opts.argv)
     rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env, reload=reloader.reload,

@@ -34,8 +34,17 @@ from sglang_guard.core.actions import (
     Stop,
 )
 from sglang_guard.core.argv import CommandLine
-from sglang_guard.core.events import CommandChanged, Event, HealthResult, SignalReceived, Tick
-from sglang_guard.core.logline import clean_block
+from sglang_guard.core.events import (
+    ChildOutput,
+    ChildStage,
+    CommandChanged,
+    Event,
+    HealthResult,
+    SignalReceived,
+    Stream,
+    Tick,
+)
+from sglang_guard.core.logline import clean, clean_block
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.shell import health, orphans, ports, stderrgate, stopsignals
@@ -209,10 +218,32 @@ class Supervisor:
 
     # -- actions ---------------------------------------------------------------------------
 
-    def _interesting(self, block: bytes) -> bool:
-        """Reader threads ask this per chunk: can any of these lines matter to the machine?"""
-        text = clean_block(block)
-        return _READY in text or self.rt.env.matcher.might_match(text)
+    def _prefilter(self, gen: int) -> Callable[[bytes], bool]:
+        """Reader threads ask this per chunk: can any of these lines matter to the machine?
+
+        The same RE2 pass finds the start-up stage markers; a stage is put on the queue
+        directly, so a marker line costs no per-line work.
+        """
+
+        def interesting(block: bytes) -> bool:
+            text = clean_block(block)
+            rule, stage = self.rt.env.matcher.scan(text)
+            if stage is not None and self.state.phase == "starting":
+                self.events.put(ChildStage(gen, stage))
+            return rule or _READY in text
+
+        return interesting
+
+    def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
+        """Reader threads call this per chunk: while starting, progress evidence for the machine."""
+
+        def on_chunk(stream: Stream, chunk: bytes) -> None:
+            state = self.state  # a stale read is harmless: the machine checks gen and phase
+            if state.phase != "starting" or state.gen != gen:
+                return
+            self.events.put(ChildOutput(gen, stream, _tail(chunk), b"\r" in chunk))
+
+        return on_chunk
 
     def _spawn(self, action: Spawn) -> None:
         if self.child is not None:
@@ -230,7 +261,8 @@ class Supervisor:
                orphans.RUN_TOKEN_ENV: self._token}
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
-                                 env=env, prefilter=self._interesting)
+                                 env=env, prefilter=self._prefilter(action.gen),
+                                 on_chunk=self._chunk_watcher(action.gen))
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
@@ -345,6 +377,16 @@ class Supervisor:
         """A guard that was SIGKILLed left its child's tree behind: stop what is verifiably it."""
         for record in orphans.reap(self._pidfile, self.rt.env.restart.stop_grace_s):
             self._record(record)
+
+
+TAIL_BYTES = 512
+
+
+def _tail(chunk: bytes) -> str:
+    """The last line of a chunk (or the last redraw of a progress bar), cleaned, bounded."""
+    tail = chunk[-TAIL_BYTES:].rstrip(b"\r\n")
+    cut = max(tail.rfind(b"\n"), tail.rfind(b"\r"))
+    return clean(tail[cut + 1:], TAIL_BYTES).strip()
 
 
 def run_supervisor(rt: Runtime, cl: CommandLine, journal: JournalFile | None) -> int:

@@ -1,0 +1,137 @@
+"""The real supervisor with the shipped packs and a fake child (issue 12, items 4-6):
+requests quoting every fatal pattern after ready, an environment failure, a start hang."""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from requestlines import ENV_LINES, FATAL_TEXTS, TS, quoting
+from sglang_guard.core import machine
+from sglang_guard.core.events import SignalReceived
+from sglang_guard.core.guardconfig import StartSection
+from sglang_guard.core.rules import Matcher, load_default_packs
+from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
+from sglang_guard.shell.supervisor import Runtime, Supervisor
+
+from .test_supervisor import (
+    HealthServer,
+    Launcher,
+    base_argv,
+    count,
+    journal_events,
+    make_runtime,
+    supervise,
+    wait_for,
+)
+
+ARGV_FLAGS = ("--attention-backend", "fa3", "--kv-cache-dtype", "fp8_e5m2",
+              "--mem-fraction-static", "0.85", "--log-requests")
+
+
+def _default_packs(rt: Runtime) -> None:
+    rt.env = replace(rt.env, matcher=Matcher(load_default_packs()))
+
+
+def test_ready_server_logging_requests_that_quote_every_pattern_is_left_alone(
+        tmp_path: Path) -> None:
+    lines = [line for text in FATAL_TEXTS for line in quoting(text)]
+    done = tmp_path / "done"
+    script = [["print", "stdout", f"{TS} {machine.READY_LINE}"],
+              *[["print", "stderr", line] for line in lines],
+              ["print", "stdout", f"{TS} all requests logged"], ["pidfile", str(done)],
+              ["wait_term"], ["exit", 0]]
+    launcher = Launcher(tmp_path, [script])
+    with HealthServer() as server:
+        rt = make_runtime(tmp_path, launcher)
+        _default_packs(rt)
+        state = tmp_path / "state"
+
+        def during(sup: Supervisor) -> None:
+            wait_for(lambda: count(state, "ready") >= 1, 60, "ready")
+            wait_for(done.exists, 60, "every request logged")
+            time.sleep(2.5)  # longer than the settle window: a late decision would show
+            sup.events.put(SignalReceived(signal.SIGTERM))
+
+        code = supervise(rt, base_argv(server.port, *ARGV_FLAGS), during)
+    assert done.exists(), "the fake child did not log every request"
+    assert code == EXIT_OK
+    events = [r["event"] for r in journal_events(state)]
+    assert events.count("child.start") == 1, events
+    for bad in ("remediated", "crash.detected", "give_up.planned", "give_up", "restored",
+                "backoff"):
+        assert bad not in events, (bad, events)
+    assert len(lines) > 500
+
+
+def test_environment_failure_one_launch_exit_69_no_restart(tmp_path: Path) -> None:
+    line, rule, names = ENV_LINES[0]
+    script = [["print", "stderr", f"{TS} Scheduler hit an exception: Traceback (most recent "
+                                  "call last):"],
+              ["print", "stderr", '  File "sgl_kernel/__init__.py", line 13, in <module>'],
+              ["print", "stderr", line], ["wait_term"], ["exit", 1]]
+    launcher = Launcher(tmp_path, [script])
+    rt = make_runtime(tmp_path, launcher, max_failures=5)
+    _default_packs(rt)
+    code = supervise(rt, base_argv(1))
+    assert code == EXIT_ENVIRONMENT
+    assert len(launcher.argvs()) == 1
+    records = journal_events(tmp_path / "state")
+    planned = [r for r in records if r["event"] == "give_up.planned"]
+    assert [(r["rule"], r["class"]) for r in planned] == [(rule, "environment")]
+    assert all(n in planned[0]["reason"] for n in names)
+    assert [r["code"] for r in records if r["event"] == "guard.exit"] == [EXIT_ENVIRONMENT]
+
+
+def test_silent_distributed_init_is_reported_and_given_up(tmp_path: Path) -> None:
+    script = [["print", "stderr", f"{TS} server_args=ServerArgs(nnodes=2, node_rank=0)"],
+              ["print", "stderr", f"{TS} Init parallel begin."],
+              ["print", "stderr", f"{TS} init_cpu_threads_env and shared memory based "
+                                  "AllReduce is disabled"],
+              ["pause"]]
+    launcher = Launcher(tmp_path, [script])
+    rt = make_runtime(tmp_path, launcher, max_failures=5, stop_grace_s=1.0)
+    _default_packs(rt)
+    rt.env = replace(rt.env, start=StartSection(init_s=30.0, dist_init_s=1.5,
+                                                on_stall="give_up"))
+    started = time.monotonic()
+    code = supervise(rt, base_argv(1))
+    took = time.monotonic() - started
+    assert code == EXIT_GIVE_UP
+    assert took < 20, took
+    records = journal_events(tmp_path / "state")
+    assert [r["stage"] for r in records if r["event"] == "start.stage"] == ["dist_init"]
+    (stalled,) = [r for r in records if r["event"] == "start.stalled"]
+    assert stalled["stage"] == "dist_init"
+    assert "AllReduce is disabled" in stalled["line"]
+    assert count(tmp_path / "state", "child.start") == 1
+
+
+def test_a_progress_bar_redrawn_in_place_counts_as_progress(tmp_path: Path) -> None:
+    """tqdm redraws with a carriage return, no newline: progress (3 s > the 1.5 s limit)."""
+    bar = "\rLoading safetensors checkpoint shards:  {}% Completed | {}/6".format
+    script = [["print", "stderr", f"{TS} Load weight begin. avail mem=20.83 GB"],
+              *[step for i in range(1, 7)
+                for step in (["hex", "stderr", bar(i * 100 // 6, i).encode().hex()],
+                             ["sleep", 0.5])],
+              ["print", "stderr", ""], ["print", "stdout", machine.READY_LINE],
+              ["wait_term"], ["exit", 0]]
+    launcher = Launcher(tmp_path, [script])
+    with HealthServer() as server:
+        rt = make_runtime(tmp_path, launcher)
+        _default_packs(rt)
+        rt.env = replace(rt.env, start=StartSection(init_s=30.0, weights_s=1.5,
+                                                    on_stall="give_up"))
+        state = tmp_path / "state"
+
+        def during(sup: Supervisor) -> None:
+            wait_for(lambda: count(state, "ready") >= 1, 30, "ready")
+            sup.events.put(SignalReceived(signal.SIGTERM))
+
+        code = supervise(rt, base_argv(server.port), during)
+    assert code == EXIT_OK
+    records = journal_events(state)
+    assert [r["stage"] for r in records if r["event"] == "start.stage"] == ["weights"]
+    assert not [r for r in records if r["event"] == "start.stalled"]
