@@ -274,3 +274,32 @@ def test_a_record_the_fold_cannot_read_never_stops_the_loop(board: StatusBoard) 
     board.record({"event": "backoff", "delay_s": None})
     board.record({"event": "ready", "gen": 1})
     assert board.snapshot().ready
+
+
+def test_a_start_the_stage_watcher_finds_stalled_turns_startupz_503(
+        tmp_path: Path, board: StatusBoard) -> None:
+    """The two halves joined: the machine's stage watch (a silent distributed init) journals
+    start.stalled, and the status port answers /startupz 503 and names the stage."""
+    from requestlines import TS  # noqa: PLC0415 - the fake SGLang record prefix
+    from sglang_guard.core.guardconfig import StartSection  # noqa: PLC0415
+
+    assert board.address is not None
+    address = board.address
+    launcher = Launcher(tmp_path, [[["print", "stderr", f"{TS} Init parallel begin."],
+                                    ["pause"]]])
+    rt = replace(make_runtime(tmp_path, launcher, stop_grace_s=1.0, max_failures=5),
+                 observer=board)
+    rt.env = replace(rt.env, start=StartSection(init_s=30.0, dist_init_s=1.0,
+                                                on_stall="restart"))
+    seen: dict[str, Any] = {}
+
+    def during(sup: Supervisor) -> None:
+        assert get(address, "/startupz")[0] == 200  # loading, within its limit
+        wait_for(lambda: count(tmp_path / "state", "start.stalled") >= 1, what="a stall")
+        seen["startupz"] = get(address, "/startupz")[0]
+        seen["status"] = json.loads(get(address, "/status")[1])
+        sup.events.put(SignalReceived(signal.SIGTERM))
+
+    assert supervise(rt, base_argv(free_port()), during) == EXIT_OK
+    assert seen["startupz"] == 503
+    assert seen["status"]["stage"] in ("dist_init", "distributed init")
