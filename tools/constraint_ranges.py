@@ -104,20 +104,28 @@ def write(text: str, specs: dict[tuple[str, int], str]) -> str:
     return "".join(out)
 
 
+def release_texts() -> tuple[list[str], list[str]] | None:
+    """(versions oldest first, each one's server source), or None with a line on stderr."""
+    versions = sorted(releases(), key=Version)
+    texts: list[str] = []
+    for v in versions:
+        found = sorted(wheel_dir().glob(f"sglang-{v}-*.whl"))
+        if not found:
+            print(f"missing wheel for {v}: run tools/fetch-sglang-wheels", file=sys.stderr)
+            return None
+        texts.append(source_text(found[0]))
+    return versions, texts
+
+
 def main() -> int:
     """CLI entry point."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="update configs/backends.toml")
     args = ap.parse_args()
-    versions = sorted(releases(), key=Version)
-    wheels = wheel_dir()
-    texts: list[str] = []
-    for v in versions:
-        found = sorted(wheels.glob(f"sglang-{v}-*.whl"))
-        if not found:
-            print(f"missing wheel for {v}: run tools/fetch-sglang-wheels", file=sys.stderr)
-            return 2
-        texts.append(source_text(found[0]))
+    loaded = release_texts()
+    if loaded is None:
+        return 2
+    versions, texts = loaded
     doc = tomllib.loads(TABLE.read_text(encoding="utf-8"))
     read_from = str(doc["meta"]["sglang_version"])  # type: ignore[index]
     specs: dict[tuple[str, int], str] = {}

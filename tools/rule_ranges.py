@@ -22,10 +22,8 @@ import sys
 import tomllib
 from pathlib import Path
 
-from packaging.version import Version
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from constraint_ranges import releases, source_text, spec_for, wheel_dir
+from constraint_ranges import release_texts, spec_for
 
 from sglang_guard.core.msgsearch import holds, parts
 
@@ -84,14 +82,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write", action="store_true", help="update configs/rules/default.toml")
     args = ap.parse_args()
-    versions = sorted(releases(), key=Version)
-    texts = []
-    for v in versions:
-        found = sorted(wheel_dir().glob(f"sglang-{v}-*.whl"))
-        if not found:
-            print(f"missing wheel for {v}: run tools/fetch-sglang-wheels", file=sys.stderr)
-            return 2
-        texts.append(source_text(found[0]))
+    loaded = release_texts()
+    if loaded is None:
+        return 2
+    versions, texts = loaded
     pack = tomllib.loads(PACK.read_text(encoding="utf-8"))
     by_rule = messages_by_rule()
     specs: dict[str, str] = {}
