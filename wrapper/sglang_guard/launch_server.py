@@ -48,23 +48,31 @@ def guard_config_from_env() -> GuardConfig:
     return cfg
 
 
-def _python() -> str:
+def python() -> str:
+    """The interpreter that has SGLang ($SGLANG_GUARD_PYTHON, else the guard's own)."""
     return os.environ.get("SGLANG_GUARD_PYTHON") or sys.executable
 
 
-def show_help() -> int:
-    """SGLang's own --help (when SGLang is installed), plus one paragraph about the guard."""
+def print_sglang_help(command: Sequence[str], usage: str, timeout: float) -> int:
+    """SGLang's own help (`command`, when SGLang is installed), plus one paragraph about the
+    guard; `usage` stands in when SGLang cannot print it. Shared with `sglang-guard serve`."""
     try:
-        out = subprocess.run([_python(), "-m", "sglang.launch_server", "--help"],
-                             capture_output=True, text=True, timeout=120, check=False)
+        out = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout,
+                             check=False)
         text = out.stdout if out.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):
         text = ""
     if not text:
-        text = ("usage: sglang-guard-launch [SGLang launch_server arguments]\n\n"
-                f"SGLang is not installed for {_python()}: its help cannot be shown.\n")
+        text = (f"usage: {usage}\n\n"
+                f"SGLang is not installed for {python()}: its help cannot be shown.\n")
     sys.stdout.write(text + GUARD_LINE)
     return 0
+
+
+def show_help() -> int:
+    """`python -m sglang.launch_server --help`, plus the guard's paragraph."""
+    return print_sglang_help([python(), "-m", "sglang.launch_server", "--help"],
+                             "sglang-guard-launch [SGLang launch_server arguments]", 120)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -85,7 +93,7 @@ def _launch(args: list[str]) -> None:
 
     cfg = guard_config_from_env()
     logsetup.configure(cfg.log_format)
-    opts = RunOptions(argv=tuple(args), python=_python(),
+    opts = RunOptions(argv=tuple(args), python=python(),
                       state_dir=cfg.state_dir or default_run_state_dir(args),
                       preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
     exit_process(run_guarded(cfg, opts, run_with_status))

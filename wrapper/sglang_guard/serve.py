@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from sglang_guard.cli import guarded
-from sglang_guard.launch_server import GUARD_LINE, guard_config_from_env
+from sglang_guard.launch_server import guard_config_from_env, print_sglang_help, python
 
 _SELECTOR = "--model-type"
 
@@ -45,11 +44,6 @@ def split_args(args: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(own), tuple(rest)
 
 
-def python() -> str:
-    """The interpreter that has SGLang ($SGLANG_GUARD_PYTHON, else the guard's own)."""
-    return os.environ.get("SGLANG_GUARD_PYTHON") or sys.executable
-
-
 def sglang_command(py: str) -> list[str]:
     """The `sglang` console script of `py`'s environment (beside it), else one on PATH."""
     beside = Path(py).with_name("sglang")
@@ -65,17 +59,8 @@ def sglang_command(py: str) -> list[str]:
 def show_help(args: Sequence[str]) -> int:
     """`sglang serve --help` as SGLang prints it, plus one paragraph about the guard."""
     own, _ = split_args([a for a in args if a not in ("-h", "--help")])
-    try:
-        out = subprocess.run([*sglang_command(python()), "serve", *own, "--help"],
-                             capture_output=True, text=True, timeout=300, check=False)
-        text = out.stdout if out.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        text = ""
-    if not text:
-        text = ("usage: sglang-guard serve [sglang serve arguments]\n\n"
-                f"SGLang is not installed for {python()}: its help cannot be shown.\n")
-    sys.stdout.write(text + GUARD_LINE)
-    return 0
+    return print_sglang_help([*sglang_command(python()), "serve", *own, "--help"],
+                             "sglang-guard serve [sglang serve arguments]", 300)
 
 
 def main(args: Sequence[str]) -> None:
