@@ -207,6 +207,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     guard would make to it, as the supervisor picks it from the whole failure output.
     """
     from sglang_guard.core.redact import redact_text, redact_value  # noqa: PLC0415
+    from sglang_guard.core.rules import Matcher  # noqa: PLC0415
     from sglang_guard.shell.explain import (  # noqa: PLC0415
         explain_fix,
         explain_log,
@@ -214,12 +215,15 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
         matching_lines,
         render_fix,
     )
+    from sglang_guard.shell.packs import load_packs  # noqa: PLC0415
 
     cfg = load_config(config_path, None, None)
     argv = [*shlex.split(argv_text or ""), *args]
     with_argv = argv_text is not None or bool(args)
-    matches = explain_log(logfile, cfg)  # one streamed pass, bounded memory
-    fix = explain_fix(matching_lines(matches), cfg, argv, sm=gpu_sm) if with_argv else None
+    matcher = Matcher(load_packs(cfg))  # the packs, read and checked once for both uses
+    matches = explain_log(logfile, cfg, matcher)  # one streamed pass, bounded memory
+    fix = (explain_fix(matching_lines(matches), cfg, argv, sm=gpu_sm, matcher=matcher)
+           if with_argv else None)
     if as_json:  # log lines are masked like the guard's own output: a log may carry keys
         doc: dict[str, object] = {"matches": [redact_value(m.as_dict()) for m in matches]}
         if with_argv:

@@ -64,14 +64,16 @@ def log_lines(logfile: str) -> Iterator[str]:
         yield clean(raw, LINE_CAP)
 
 
-def explain_log(logfile: str, cfg: GuardConfig) -> list[Match]:
+def explain_log(logfile: str, cfg: GuardConfig, matcher: Matcher | None = None) -> list[Match]:
     """Every matching line, fatal matches first (each group in log order)."""
-    return explain_lines(log_lines(logfile), cfg)
+    return explain_lines(log_lines(logfile), cfg, matcher)
 
 
-def explain_lines(lines: Iterable[str], cfg: GuardConfig) -> list[Match]:
-    """`explain_log` over lines already cleaned (at most MAX_MATCHES are kept)."""
-    matcher = Matcher(load_packs(cfg))
+def explain_lines(lines: Iterable[str], cfg: GuardConfig,
+                  matcher: Matcher | None = None) -> list[Match]:
+    """`explain_log` over lines already cleaned (at most MAX_MATCHES are kept); `matcher`:
+    the guard config's packs, loaded here when not given."""
+    matcher = Matcher(load_packs(cfg)) if matcher is None else matcher
     found: list[Match] = []
     for n, text in enumerate(lines, start=1):
         rules = matcher.candidates(text)
@@ -123,7 +125,8 @@ def render_fix(fix: Fix | None) -> str:
 
 
 def explain_fix(lines: list[str], cfg: GuardConfig, argv: list[str], *,
-                sm: int | None = None, sglang_version: str | None = None) -> Fix | None:
+                sm: int | None = None, sglang_version: str | None = None,
+                matcher: Matcher | None = None) -> Fix | None:
     """The fix the supervisor would make to `argv` after this failure output (cleaned lines)."""
     from sglang_guard.core.options import load_option_table  # noqa: PLC0415
     from sglang_guard.shell.inputs import read_command_line  # noqa: PLC0415
@@ -131,7 +134,7 @@ def explain_fix(lines: list[str], cfg: GuardConfig, argv: list[str], *,
     options = load_option_table()
     cl = read_command_line(argv, options)
     ctx = MatchContext(cl.effective(), "unknown", sm, sglang_version, options)
-    matcher = Matcher(load_packs(cfg))
+    matcher = Matcher(load_packs(cfg)) if matcher is None else matcher
     fix = burst_fix(matcher, lines, ctx)
     if fix is None:
         # A pasted excerpt is not always SGLang's output as printed: a message copied from
