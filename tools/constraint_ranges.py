@@ -24,15 +24,11 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from sglang_guard.core.msgsearch import holds, normalise, parts
+from sglang_guard.core.msgsearch import NOT_SERVER, holds, normalise, parts
 
 REPO = Path(__file__).resolve().parent.parent
 TABLE = REPO / "configs" / "backends.toml"
 RELEASES = REPO / "configs" / "sglang" / "releases.txt"
-
-
-# Not the server: the diffusion runtime and the test suites hold none of its checks.
-_NOT_SERVER = ("sglang/multimodal_gen/", "sglang/test/")
 
 
 def wheel_dir() -> Path:
@@ -54,7 +50,7 @@ def source_text(wheel: Path) -> str:
     with zipfile.ZipFile(wheel) as zf:
         text = "\n".join(zf.read(n).decode("utf-8", "replace") for n in zf.namelist()
                           if n.startswith("sglang/") and n.endswith(".py")
-                          and not n.startswith(_NOT_SERVER))
+                          and not n.startswith(NOT_SERVER))
     return normalise(text)
 
 

@@ -70,6 +70,11 @@ def read_command_line(argv: Sequence[str], options: OptionTable | None = None) -
     return parse_command_line(tuple(argv), options, load_yaml(config) if config else None)
 
 
+# An unshipped release's confirmed view, once per process: its whole source is searched for
+# it, and a reload prepares the same release again.
+_CONFIRMED: dict[tuple[str, str, str], tuple[CompatTable, tuple[str, ...]]] = {}
+
+
 def compat_for(release: Release) -> tuple[CompatTable, tuple[str, ...]]:
     """The backend table as it holds for `release`, and a line about it when it has no table."""
     tables = release.tables
@@ -78,9 +83,13 @@ def compat_for(release: Release) -> tuple[CompatTable, tuple[str, ...]]:
     compat = load_raw_table().for_release(tables.release, names or None)
     if tables.origin == "shipped":
         return compat, ()
-    compat, confirmed, total = confirmed_only(compat, release.source_text())
-    return compat, (f"SGLang {tables.requested}: not in the tables; {confirmed} of {total} "
-                    f"checks of SGLang {tables.release} confirmed in its source (the rest warn)",)
+    key = (tables.requested, tables.release, str(release.site))
+    if key not in _CONFIRMED:
+        confirmed, ok, total = confirmed_only(compat, release.source_text())
+        _CONFIRMED[key] = confirmed, (
+            f"SGLang {tables.requested}: not in the tables; {ok} of {total} checks of "
+            f"SGLang {tables.release} confirmed in its source (the rest warn)",)
+    return _CONFIRMED[key]
 
 
 def gather(argv: Sequence[str], gpu_sm: str, release: Release, *,

@@ -11,7 +11,7 @@ import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from sglang_guard.core.msgsearch import normalise
+from sglang_guard.core.msgsearch import NOT_SERVER, normalise
 from sglang_guard.core.releases import ReleaseTables, known_releases, load_release
 from sglang_guard.errors import GuardError, InputError
 from sglang_guard.shell.modelprobe import cache_dir
@@ -37,6 +37,8 @@ class Release:
             return None
         chunks = []
         for path in sorted((self.site / "sglang").rglob("*.py")):
+            if path.relative_to(self.site).as_posix().startswith(NOT_SERVER):
+                continue
             with contextlib.suppress(OSError):
                 chunks.append(path.read_text(encoding="utf-8", errors="replace"))
         return normalise("\n".join(chunks))
