@@ -142,6 +142,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                  watch=watched_files(cfg, first), observer=opts.observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
+    get_logger().debug("scan.engine", engine=env.matcher.prepare_scan())
     cl = first.cl
     spec = group_spec(cl, os.environ, cfg.group.port)
     if spec is not None:  # a multi-node group (docs/multinode.md)
