@@ -9,7 +9,7 @@ import pytest
 
 from requestlines import FATAL_TEXTS, quoting
 from sglang_guard.core import blockscan
-from sglang_guard.core.blockscan import BlockScan, widen
+from sglang_guard.core.blockscan import BlockScan, unanchored, widen
 from sglang_guard.core.logline import clean, clean_block
 from sglang_guard.core.rules import Matcher, load_default_packs
 
@@ -35,6 +35,14 @@ def test_widen_drops_only_upper_bounds_of_repeats(pattern: str, want: str) -> No
     assert widen(pattern) == want
 
 
+@pytest.mark.parametrize(("pattern", "want"), [
+    (r"^AssertionError: (?P<a>[0-9]+) is x\s*$", r"AssertionError: (?P<a>[0-9]+) is x\s*"),
+    (r"[^a]\^\$\Afoo\z", r"[^a]\^\$foo"),
+])
+def test_unanchored_drops_anchors_only(pattern: str, want: str) -> None:
+    assert unanchored(pattern) == want
+
+
 def test_a_bounded_repeat_of_multibyte_characters_still_hits() -> None:
     """RE2 counts characters, Hyperscan bytes: 3 characters here are 6 bytes."""
     line = "ééé] ERR\n".encode()
@@ -58,7 +66,7 @@ def _stored_lines() -> list[bytes]:
 
 def test_the_engine_on_this_platform_is_hyperscan() -> None:
     """The dependency installs a wheel on the CI platform: a silent fallback would hide it."""
-    assert MATCHER.prepare_scan() == "hyperscan"
+    assert MATCHER.prepare_scan() == ("hyperscan", None)
 
 
 def test_hyperscan_hits_every_pattern_re2_hits_line_by_line() -> None:
@@ -132,12 +140,14 @@ def test_an_re2_set_too_large_for_one_program_is_split(monkeypatch: pytest.Monke
     assert len(blockscan._re2_sets(PATTERNS)) == 1
     monkeypatch.setattr(blockscan, "RE2_SET_MEMORY", 8 << 20)  # RE2's own default
     blockscan._re2_sets.cache_clear()
+    blockscan._compile.cache_clear()
     try:
         split = BlockScan(PATTERNS, accelerate=False)
         assert len(blockscan._re2_sets(PATTERNS)) > 1  # the default pack does not fit 8 MiB
         assert [sorted(split.hits(ln)) for ln in lines] == [sorted(w) for w in want]
     finally:
         blockscan._re2_sets.cache_clear()
+        blockscan._compile.cache_clear()
 
 
 @pytest.mark.parametrize("prog", ["launch_server.py", "/usr/bin/launch_server.py", "sglang serve"])
@@ -147,3 +157,13 @@ def test_argparse_error_lines_pass_at_error_and_past_it(prog: str) -> None:
                  f"{prog}: error: unrecognized arguments: --foo"):
         assert any(r.fatal for r in MATCHER.candidates(line)), line
         assert MATCHER.scan(line.encode() + b"\n").rule, line
+
+
+def test_a_pattern_hyperscan_cannot_take_stays_on_re2_alone() -> None:
+    """An embedded anchor (which Hyperscan refuses) must not put the whole set on RE2."""
+    scan = BlockScan(["(?m)^x(?:^y)?z", "token", "(?m)^other"])
+    assert scan.engine == "hyperscan+re2"
+    assert scan.why is not None and "1 of 3 patterns are on RE2" in scan.why
+    assert sorted(scan.hits(b"xz\n")) == [0]
+    assert sorted(scan.hits(b"a token\nother\n")) == [1, 2]
+    assert scan.hits(b"nothing here\n") == []

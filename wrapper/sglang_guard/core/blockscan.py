@@ -18,15 +18,19 @@ with no per-line work); a hit sends the chunk's lines to the exact per-line RE2 
 - Case folding is ASCII there, Unicode in RE2 (`(?i)k` also matches KELVIN SIGN): no pack
   pattern relies on a non-ASCII fold; `tests/unit/test_blockscan.py` holds both engines to
   the same answers on every stored log and rule example.
-Where the wheel is missing (a platform it does not build for), the CPU lacks what it needs,
-or a pattern does not compile there, the whole set falls back to one RE2 set: the same
-answers, at RE2's speed (`BlockScan.engine` says which).
+- A pattern that Hyperscan cannot take (an anchor behind a lead, say) is scanned by RE2,
+  alone; the others stay on Hyperscan.
+Where the wheel is missing (a platform it does not build for) or the CPU lacks what it
+needs, the whole set is one RE2 set: the same answers, at RE2's speed. `BlockScan.engine`
+and `.why` say which; `sglang-guard run` logs `scan.engine` when any pattern is on RE2.
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
@@ -41,50 +45,55 @@ except ImportError:  # pragma: no cover - the wheel exists for the CI platform
     _hs = None
 
 
-def widen(pattern: str) -> str:
-    """`pattern` with each bounded repeat's upper bound dropped: `{m,n}`/`{m}` become `{m,}`.
-
-    Escapes (`\\{`, `\\x{41}`, `\\p{Greek}`) and character classes are copied as they are.
-    """
-    out: list[str] = []
+def _tokens(pattern: str) -> Iterator[tuple[str, str]]:
+    """`pattern` as (kind, text) pieces: "escape", "class", "repeat" ({m,n}) or "char"."""
     i, n = 0, len(pattern)
     while i < n:
         c = pattern[i]
+        j = i + 1
         if c == "\\":
             j = i + 2
             if pattern[i + 1 : i + 2] in ("x", "p", "P") and pattern[j : j + 1] == "{":
                 j = pattern.find("}", j) + 1 or n
-            out.append(pattern[i:j])
-            i = j
+            yield "escape", pattern[i:j]
         elif c == "[":
-            j = i + 1
             if pattern[j : j + 1] == "^":
                 j += 1
             if pattern[j : j + 1] == "]":  # a leading ] is a literal
                 j += 1
             while j < n and pattern[j] != "]":
                 j += 2 if pattern[j] == "\\" else 1
-            out.append(pattern[i : j + 1])
-            i = j + 1
-        elif c == "{":
-            j = i + 1
-            while j < n and pattern[j].isdigit():
-                j += 1
-            low = pattern[i + 1 : j]
-            if low and j < n and pattern[j] == ",":
-                j += 1
-                while j < n and pattern[j].isdigit():
-                    j += 1
-            if low and j < n and pattern[j] == "}":
-                out.append("{" + low + ",}")
-                i = j + 1
-            else:  # not a repeat: a literal brace, as RE2 reads it
-                out.append(c)
-                i += 1
+            j += 1
+            yield "class", pattern[i:j]
+        elif c == "{" and (found := _REPEAT.match(pattern, i)):
+            j = found.end()
+            yield "repeat", found.group(0)
         else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+            yield "char", c
+        i = j
+
+
+_REPEAT = re.compile(r"\{\d+(?:,\d*)?\}")  # what RE2 reads as a repeat; "{,3}", "{a}" are text
+
+
+def widen(pattern: str) -> str:
+    """`pattern` with each bounded repeat's upper bound dropped: `{m,n}`/`{m}` become `{m,}`.
+
+    Escapes (`\\{`, `\\x{41}`, `\\p{Greek}`) and character classes are copied as they are.
+    """
+    return "".join(text[: text.find(",")] + ",}" if kind == "repeat" and "," in text
+                   else text[:-1] + ",}" if kind == "repeat" else text
+                   for kind, text in _tokens(pattern))
+
+
+def unanchored(pattern: str) -> str:
+    """`pattern` without its anchors (`^`, `$`, `\\A`, `\\z`): it then matches anywhere, a superset.
+
+    For a rule's pattern put behind a block lead, where Hyperscan takes no embedded anchor.
+    """
+    return "".join("" if (kind == "char" and text in "^$")
+                   or (kind == "escape" and text in ("\\A", "\\z")) else text
+                   for kind, text in _tokens(pattern))
 
 
 class BlockScan:
@@ -95,52 +104,111 @@ class BlockScan:
         self.patterns = tuple(patterns)
         self.size = len(self.patterns)
         self._accelerate = accelerate
-        self._db: Any = None
-        self._sets: tuple[tuple[int, Any], ...] = ()
-        self._compiled = False
+        self._compiled: _Compiled | None = None
         self._lock = threading.Lock()
         self._local = threading.local()  # Hyperscan scratch space is one per scanning thread
 
     @property
     def engine(self) -> str:
-        """Which engine `hits` uses (compiling first): "hyperscan" or "re2"."""
-        self.compile()
-        return "hyperscan" if self._db is not None else "re2"
+        """Which engine `hits` uses (compiling first): "hyperscan", "hyperscan+re2" or "re2"."""
+        done = self.compile()
+        if done.db is None:
+            return "re2"
+        return "hyperscan+re2" if done.rest_ids else "hyperscan"
 
-    def compile(self) -> None:
+    @property
+    def why(self) -> str | None:
+        """Why some or all patterns are scanned by RE2 (None: none are)."""
+        return self.compile().why
+
+    def compile(self) -> _Compiled:
         """Compile now (a Hyperscan set takes ~0.3 s): the supervisor does, before it spawns.
 
         Commands that never scan a block (`check`, `explain`) never pay for it. Compiled sets
         are shared within the process, keyed by the patterns.
         """
-        if self._compiled or not self.size:
-            return
-        with self._lock:
-            if not self._compiled:
-                db = _hyperscan(self.patterns) if self._accelerate else None
-                if db is None:
-                    self._sets = _re2_sets(self.patterns)
-                self._db = db
-                self._compiled = True
+        done = self._compiled
+        if done is None:
+            with self._lock:
+                done = self._compiled
+                if done is None:
+                    done = self._compiled = _compile(self.patterns, self._accelerate)
+        return done
 
     def hits(self, block: bytes) -> list[int]:
         """Indices of the patterns that might match somewhere in `block` (a superset)."""
         if not self.size:
             return []
-        self.compile()
-        if self._db is None:
-            return [first + i for first, part in self._sets for i in part.Match(block) or ()]
-        found: list[int] = []
+        done = self.compile()
+        found: list[int] = [done.rest_ids[first + i] for first, part in done.rest_sets
+                            for i in part.Match(block) or ()]
+        if done.db is None:
+            return found
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
-            scratch = self._local.scratch = _hs.Scratch(self._db)
+            scratch = self._local.scratch = _hs.Scratch(done.db)
 
         def on_match(pid: int, _start: int, _end: int, _flags: int, _ctx: object) -> bool:
             found.append(pid)
             return False  # go on: every pattern reports once (HS_FLAG_SINGLEMATCH)
 
-        self._db.scan(block, match_event_handler=on_match, scratch=scratch)
+        done.db.scan(block, match_event_handler=on_match, scratch=scratch)
         return found
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A Hyperscan database of the patterns it takes, RE2 sets of the rest."""
+
+    db: Any  # None: no pattern is on Hyperscan
+    rest_ids: tuple[int, ...]  # the patterns on RE2
+    rest_sets: tuple[tuple[int, Any], ...]  # RE2 sets over them: (index into rest_ids, set)
+    why: str | None  # why some or all patterns are on RE2
+
+
+def _on_re2(patterns: tuple[str, ...], ids: Sequence[int], db: Any, why: str | None
+            ) -> _Compiled:
+    rest = tuple(ids)
+    sets = _re2_sets(tuple(patterns[i] for i in rest)) if rest else ()
+    return _Compiled(db, rest, sets, why)
+
+
+@lru_cache(maxsize=8)
+def _compile(patterns: tuple[str, ...], accelerate: bool) -> _Compiled:
+    everything = range(len(patterns))
+    if not accelerate:
+        return _on_re2(patterns, everything, None, "not accelerated (accelerate=False)")
+    if _hs is None:
+        return _on_re2(patterns, everything, None, "the hyperscan module is not installed")
+    found = _hyperscan(patterns, everything)
+    if not isinstance(found, str):
+        return _Compiled(found, (), (), None)
+    # One pattern it cannot take would put them all on RE2: find which, keep the rest.
+    taken = [i for i in everything if not isinstance(_hyperscan(patterns, [i]), str)]
+    db = _hyperscan(patterns, taken) if taken else found
+    if isinstance(db, str):
+        return _on_re2(patterns, everything, None, f"Hyperscan: {found}")
+    rest = [i for i in everything if i not in set(taken)]
+    return _on_re2(patterns, rest, db,
+                   f"{len(rest)} of {len(patterns)} patterns are on RE2 (Hyperscan: {found})")
+
+
+def _hyperscan(patterns: tuple[str, ...], ids: Sequence[int]) -> Any:
+    """A Hyperscan block-mode database of the patterns at `ids`, or why it cannot be had."""
+    expressions = [widen(patterns[i]).encode() for i in ids]
+    base = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
+    error = "no pattern"
+    # A pattern that can match the empty string needs ALLOWEMPTY (it then hits every block,
+    # still a superset); the set without it scans faster, so that is tried first.
+    for flags in (base, base | _hs.HS_FLAG_ALLOWEMPTY):
+        try:
+            db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
+            db.compile(expressions=expressions, ids=list(ids), flags=[flags] * len(expressions))
+        except _hs.HyperscanError as exc:  # a pattern it cannot take, or a CPU it cannot run on
+            error = str(exc) or type(exc).__name__
+            continue
+        return db
+    return error
 
 
 # The default pack's ~100 patterns behind the quote-aware lead need more than RE2's 8 MiB.
@@ -165,23 +233,3 @@ def _re2_sets(patterns: tuple[str, ...]) -> tuple[tuple[int, Any], ...]:
         return (*_re2_sets(patterns[:half]),
                 *((i + half, part) for i, part in _re2_sets(patterns[half:])))
     return ((0, found),)
-
-
-@lru_cache(maxsize=8)
-def _hyperscan(patterns: tuple[str, ...]) -> Any:
-    """A Hyperscan block-mode database of `patterns`, or None where it cannot be had."""
-    if _hs is None:
-        return None
-    expressions = [widen(p).encode() for p in patterns]
-    base = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
-    # A pattern that can match the empty string needs ALLOWEMPTY (it then hits every block,
-    # still a superset); the set without it scans faster, so that is tried first.
-    for flags in (base, base | _hs.HS_FLAG_ALLOWEMPTY):
-        try:
-            db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-            db.compile(expressions=expressions, ids=list(range(len(patterns))),
-                       flags=[flags] * len(patterns))
-        except _hs.HyperscanError:  # a pattern it cannot take, or a CPU it does not run on
-            continue
-        return db
-    return None

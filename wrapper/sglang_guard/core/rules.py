@@ -21,7 +21,7 @@ import re2
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from sglang_guard.core.blockscan import BlockScan
+from sglang_guard.core.blockscan import BlockScan, unanchored
 from sglang_guard.core.logline import error_text
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rulepack import (
@@ -160,7 +160,9 @@ class Matcher:
         # matches nothing holds no line that would (a superset test, core/blockscan.py).
         # The start-up stage markers (the stall watch) and the ready line share the scan,
         # after the rules.
-        self._block = BlockScan([*(f"{BLOCK_LEAD}(?:{rule.pattern})" for rule in self.rules),
+        # A rule's own anchors are dropped there (Hyperscan takes none behind a lead).
+        self._block = BlockScan([*(f"{BLOCK_LEAD}(?:{unanchored(rule.pattern)})"
+                                   for rule in self.rules),
                                  *(marker for _, _, marker in MARKERS), re2.escape(READY_LINE)],
                                 accelerate=accelerate)
         # Non-fatal rules (notes `explain` shows; they never act) read every line as it is.
@@ -174,9 +176,10 @@ class Matcher:
             self._notes.Compile()
         self._compiled: dict[str, Any] = {}
 
-    def prepare_scan(self) -> str:
-        """Compile the block prefilter now, not on the first chunk; the engine it runs on."""
-        return self._block.engine
+    def prepare_scan(self) -> tuple[str, str | None]:
+        """Compile the block prefilter now, not on the first chunk: its engine, and why not
+        all on Hyperscan (None when all are)."""
+        return self._block.engine, self._block.why
 
     def might_match(self, block: bytes) -> bool:
         """False only when no line of `block` (UTF-8 lines joined by newlines) can match."""
