@@ -99,7 +99,10 @@ def test_invalid_utf8_and_nul_bytes_pass_through_and_matching_goes_on(
     # NUL and ANSI in front (stripped: the line still starts with the exception class),
     # invalid UTF-8 and NUL behind. (Invalid bytes in front would make it no exception line:
     # a rule reads SGLang's own error output only, issue 12.)
-    fatal = "001b5b306d" + FA3_LINE.encode().hex() + "00ff0a"
+    # The traceback it ends comes first: only such a line is read as one (core/tracebacks.py).
+    frames = ("Traceback (most recent call last):\n"
+              '  File "attention_registry.py", line 244, in create_flashattention_v3_backend\n')
+    fatal = frames.encode().hex() + "001b5b306d" + FA3_LINE.encode().hex() + "00ff0a"
     script = [["hex", "stdout", h] for h in [*garbage, fatal]]
     launcher = Launcher(tmp_path, [[*script, ["wait_term"], ["exit", 0]], ready_then_wait()])
     state = tmp_path / "state"

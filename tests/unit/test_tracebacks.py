@@ -74,6 +74,9 @@ def test_the_block_scan_passes_every_block_with_a_header() -> None:
 
 def test_skip_keeps_other_and_leaves_a_traceback_at_its_end() -> None:
     assert tb.skip(tb.OTHER, b"[2026-11-29 16:50:40] a\nb\n") == tb.OTHER
+    header_block = ("\n".join(REAL[:3]) + "\n").encode()
+    assert tb.skip(tb.OTHER, header_block, header=False) == tb.OTHER  # the caller vouches
+    assert tb.skip(tb.OTHER, header_block) == tb.TRACEBACK
     assert tb.skip(tb.UNKNOWN, b"plain\n") == tb.UNKNOWN
     assert tb.skip(tb.UNKNOWN, b"[2026-11-29 16:50:40] first record\n") == tb.OTHER
     assert tb.skip(tb.MESSAGE, b"more of the message\n\n") == tb.OTHER

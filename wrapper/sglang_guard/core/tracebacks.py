@@ -59,19 +59,16 @@ def step(state: str, line: str) -> tuple[str, bool]:
     return OTHER, False
 
 
-def skip(state: str, block: bytes, head: bytes = b"") -> str:
+def skip(state: str, block: bytes, head: bytes = b"", *, header: bool = True) -> str:
     """The state after `block`, lines nobody reads (`head`: the line it continues, if any).
 
-    The reader's prefilter passes every block that holds a header (core/rules.Matcher.scan),
-    so outside a traceback this is constant work; inside one, the block's lines are read
-    from its start until the traceback's message ends (at most _LINES_PER_SKIP of them).
+    `header=False`: the caller knows the block holds no header (the reader's prefilter,
+    core/rules.Matcher.scan, finds them): outside a traceback this is then constant work.
+    Inside one, the block's lines are read from the last header (or its start) until the
+    traceback's message ends, at most _LINES_PER_SKIP of them.
     """
-    if state == OTHER:
-        return OTHER
-    if state == UNKNOWN:
-        return OTHER if (_RECORD_B.search(block) or b"\n\n" in block) else UNKNOWN
-    joined = head[-len(_HEADER_B):] + block[: block.find(b"\n") + 1] if head else b""
-    at = block.rfind(_HEADER_B)
+    at = block.rfind(_HEADER_B) if header else -1
+    joined = head[-len(_HEADER_B):] + block[: block.find(b"\n") + 1] if header and head else b""
     start = 0
     if at >= 0:
         state, start = TRACEBACK, block.find(b"\n", at) + 1
@@ -79,6 +76,10 @@ def skip(state: str, block: bytes, head: bytes = b"") -> str:
             return state
     elif _HEADER_B in joined:
         state, start = TRACEBACK, block.find(b"\n") + 1
+    elif state == OTHER:
+        return OTHER
+    elif state == UNKNOWN:
+        return OTHER if (_RECORD_B.search(block) or b"\n\n" in block) else UNKNOWN
     for _ in range(_LINES_PER_SKIP):
         end = block.find(b"\n", start)
         if end < 0 or state == OTHER:

@@ -42,6 +42,10 @@ from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.errors import InputError
 from sglang_guard.shell.proctree import StopReport, stop_tree
 
+# What a prefilter says of a block: no line of it matters (SKIP), it holds a traceback's
+# header and nothing else (HEADER: the stream's traceback state is updated, no line read),
+# or its lines must be read one by one (LINES).
+SKIP, HEADER, LINES = 0, 1, 2
 READ_CHUNK = 1024 * 1024  # bytes per read: the pipes are widened to this where Linux lets us
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
@@ -83,7 +87,7 @@ class _Pump:
         emit: Callable[[Stream, str, int, bool], None],
         cap: int,
         budget: int,
-        prefilter: Callable[[bytes], bool] | None = None,
+        prefilter: Callable[[bytes], int] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
@@ -136,9 +140,13 @@ class _Pump:
             # The whole chunk is checked as is (no copy; its unfinished tail is checked again
             # with the next chunk, a harmless superset), plus the line it finishes.
             first = chunk.find(b"\n")
-            if not (self._prefilter(chunk)
-                    or (self._head and self._prefilter(bytes(self._head) + chunk[: first + 1]))):
-                self._traceback = tracebacks.skip(self._traceback, chunk, bytes(self._head))
+            seen = self._prefilter(chunk)
+            if seen < LINES and self._head:
+                seen = max(seen, self._prefilter(bytes(self._head) + chunk[: first + 1]))
+            if seen < LINES:
+                # A traceback's header alone: only where the stream now is in it matters.
+                self._traceback = tracebacks.skip(self._traceback, chunk, bytes(self._head),
+                                                  header=seen == HEADER)
                 self._head.clear()
                 self._length = 0
                 self._cut_from(chunk, last + 1)
@@ -190,7 +198,7 @@ class Child:
         sinks: tuple[BinaryIO, BinaryIO],
         cap: int,
         budget: int,
-        prefilter: Callable[[bytes], bool] | None = None,
+        prefilter: Callable[[bytes], int] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
@@ -224,7 +232,7 @@ class Child:
         cwd: str | os.PathLike[str] | None = None,
         line_cap: int = LINE_CAP,
         byte_budget: int = BYTE_BUDGET,
-        prefilter: Callable[[bytes], bool] | None = None,
+        prefilter: Callable[[bytes], int] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.

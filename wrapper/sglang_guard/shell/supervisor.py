@@ -48,7 +48,7 @@ from sglang_guard.core.logline import clean, clean_block
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.shell import health, orphans, ports, stderrgate, stopsignals
-from sglang_guard.shell.child import Child
+from sglang_guard.shell.child import HEADER, LINES, SKIP, Child
 from sglang_guard.shell.files import write_private
 from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
@@ -217,21 +217,24 @@ class Supervisor:
 
     # -- actions ---------------------------------------------------------------------------
 
-    def _prefilter(self, gen: int) -> Callable[[bytes], bool]:
+    def _prefilter(self, gen: int) -> Callable[[bytes], int]:
         """Reader threads ask this per chunk: can any of these lines matter to the machine?
+        (SKIP, HEADER or LINES.)
 
-        The same RE2 pass finds the start-up stage markers; a stage is put on the queue
+        The same block scan finds the start-up stage markers; a stage is put on the queue
         directly, so a marker line costs no per-line work.
         """
 
-        def interesting(block: bytes) -> bool:
+        def interesting(block: bytes) -> int:
             text = clean_block(block)
             starting = self.state.phase == "starting"
             found = self.rt.env.matcher.scan(text, stages=starting)
             if found.stage is not None and starting:
                 self.events.put(ChildStage(gen, found.stage))
-            # A traceback's lines are read one by one: which line ends it (core/tracebacks).
-            return found.rule or found.ready or found.traceback
+            if found.rule or found.ready:
+                return LINES
+            # A traceback's header alone: the reader notes where the stream is, reads no line.
+            return HEADER if found.traceback else SKIP
 
         return interesting
 
