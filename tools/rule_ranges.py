@@ -8,7 +8,8 @@ A rule acts only on a release whose own source holds the message it is written f
 rewords its checks, and a rule matched against a release that never prints its message is no
 rule of that release. The messages are those of tests/data/sglang-messages-0.5.23.toml (each
 names the rule that must catch it; the exception class in front is Python's, not the
-source's). A rule with no SGLang message there, or one no release's source holds (torch's
+source's; a message printed with numbers in it carries its f-string as `template`, which is
+what is searched). A rule with no SGLang message there, or one no release's source holds (torch's
 OOM text, uvicorn's bind error, argparse's own wording), or whose `when.sglang` is written by
 hand, is left as it is. Same wheels and the
 same search as tools/constraint_ranges.py.
@@ -51,7 +52,8 @@ def messages_by_rule() -> dict[str, list[str]]:
             found += tomllib.loads(path.read_text(encoding="utf-8")).get("message", [])
     out: dict[str, list[str]] = {}
     for m in found:
-        text = _CLASS.sub("", str(m["text"]))
+        # A message rendered with numbers is looked for as its source template when it has one.
+        text = _CLASS.sub("", str(m.get("template", m["text"])))
         if parts(text):
             out.setdefault(str(m["rule"]), []).append(text)
     return out

@@ -1,9 +1,16 @@
 """Log pass-through: a child replays real SGLang log lines under each supervisor, and into cat.
 
-The corpus is real SGLang 0.5.23 log lines (lines the guard's default pack acts on are left
-out: they would, rightly, make it restart the replay), cycled to `lines` lines, then a burst
-of very long lines (1 MiB each, real text joined). Each tool's output file must have the
-input's SHA-256; a mismatch is reported in the table, not hidden.
+Two mixes, each cycled to `lines` lines after SGLang's own ready line (a server's volume comes
+once it serves; the guard is then in its running phase), then a burst of very long lines
+(1 MiB each, real text joined):
+- `log`: real SGLang 0.5.23 log lines (lines the guard's default pack acts on are left out:
+  they would, rightly, make it restart the replay);
+- `near-miss`: the same, with every third line one that looks like a failure without being
+  SGLang's error output: --log-requests records, OpenAI records and access lines quoting
+  every fatal message of the shipped packs (tests/requestlines.py, issue 12's attack), and
+  the traceback frames and warnings of the stored real logs.
+Each tool's output file must have the input's SHA-256; a mismatch is reported in the table,
+not hidden.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sups
 from measure import HERE, REPO, Figure, cpu_seconds, kill_tree, stop_process, wait_until
@@ -25,14 +33,31 @@ LONG_LINES = 32
 TOOLS = ("guard", "supervisord", "circus", "cat")
 
 
-def corpus(lines: int, path: Path) -> tuple[int, int]:
-    """Write the corpus; (line count, byte count)."""
+MIXES = ("log", "near-miss")
+READY = b"[2026-11-29 16:50:52] The server is fired up and ready to roll!"
+
+
+def _near_misses(matcher: Any) -> list[bytes]:
+    """Lines that quote failures without being SGLang's error output (see the docstring)."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from requestlines import FATAL_TEXTS, quoting
     from sglang_guard.core.logline import clean
-    from sglang_guard.core.rules import Matcher, load_default_pack
+
+    logs = sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log"))
+    frames = [ln.rstrip(b"\r\n") for src in logs for ln in src.read_bytes().splitlines()
+              if ln.startswith((b"  ", b"\t")) or b"Warning: " in ln]
+    quotes = [q.encode() for text in FATAL_TEXTS for q in quoting(text)]
+    return [ln for ln in quotes + frames if not matcher.candidates(clean(ln, 65536))]
+
+
+def corpus(lines: int, path: Path, mix: str = "log") -> tuple[int, int]:
+    """Write the corpus of `mix`; (line count, byte count)."""
+    from sglang_guard.core.logline import clean
+    from sglang_guard.core.rules import Matcher, load_default_packs
 
     sources = [REPO.parent / "shared" / "reference" / "llama-cutedsl-cpu.log",
                *sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log"))]
-    matcher = Matcher([load_default_pack()])
+    matcher = Matcher(load_default_packs())
     pool = [ln.rstrip(b"\r\n") for src in sources if src.exists()
             for ln in src.read_bytes().splitlines() if ln.strip() and not ln.startswith(b"# ")]
     pool = [ln for ln in pool if not matcher.candidates(clean(ln, 65536))] or [b"[x] healthy"]
@@ -40,9 +65,14 @@ def corpus(lines: int, path: Path) -> tuple[int, int]:
     long_line = (filler * (LONG_LINE // len(filler) + 1))[:LONG_LINE]
     if matcher.candidates(clean(long_line, 65536)):
         long_line = b"x" * LONG_LINE
+    near = _near_misses(matcher) if mix == "near-miss" else []
     with path.open("wb") as out:
-        for i in range(lines):
-            out.write(pool[i % len(pool)] + b"\n")
+        out.write(READY + b"\n")
+        for i in range(lines - 1):
+            if near and i % 3 == 2:
+                out.write(near[(i // 3) % len(near)] + b"\n")
+            else:
+                out.write(pool[i % len(pool)] + b"\n")
         for _ in range(LONG_LINES):
             out.write(long_line + b"\n")
     return lines + LONG_LINES, path.stat().st_size
@@ -112,40 +142,46 @@ def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers
 
 
 def measure(tmp: Path, peers: sups.Peers, lines: int, runs: int) -> list[Figure]:
-    """The pass-through figures: rate against each peer, CPU per million lines."""
-    src = tmp / "corpus.log"
-    n_lines, size = corpus(lines, src)
+    """The pass-through figures of both mixes: rate against each peer, CPU per million lines."""
+    return [fig for mix in MIXES for fig in _measure_mix(tmp, peers, lines, runs, mix)]
+
+
+def _measure_mix(tmp: Path, peers: sups.Peers, lines: int, runs: int, mix: str
+                 ) -> list[Figure]:
+    src = tmp / f"corpus-{mix}.log"
+    n_lines, size = corpus(lines, src, mix)
     want = _sha(src)
     secs: dict[str, list[float]] = {t: [] for t in TOOLS}
     cpus: dict[str, list[float]] = {t: [] for t in TOOLS}
     lost: list[str] = []
     for run in range(runs):
         for tool in TOOLS:
-            seconds, cpu, out = one(tool, tmp / f"pass-{tool}-{run}", src, size, peers)
+            seconds, cpu, out = one(tool, tmp / f"pass-{mix}-{tool}-{run}", src, size, peers)
             if _sha(out) != want:
                 lost.append(f"{tool} run {run + 1}: output {out.stat().st_size} B, checksum differs")
             secs[tool].append(seconds)
             cpus[tool].append(cpu)
             out.unlink()
-            print(f"  pass-through run {run + 1} {tool:<12} {seconds:6.2f} s  cpu {cpu:5.2f} s",
-                  file=sys.stderr)
-    note = (f"{n_lines:,} lines, {size / 1e6:.0f} MB, incl. {LONG_LINES} lines of 1 MiB; "
-            + ("checksums: " + "; ".join(lost) if lost else "every output's SHA-256 = input's"))
+            print(f"  pass-through {mix} run {run + 1} {tool:<12} {seconds:6.2f} s  "
+                  f"cpu {cpu:5.2f} s", file=sys.stderr)
+    note = (f"{mix} mix: {n_lines:,} lines, {size / 1e6:.0f} MB, incl. {LONG_LINES} lines of "
+            "1 MiB; " + ("checksums: " + "; ".join(lost) if lost
+                         else "every output's SHA-256 = input's"))
     figures = []
     for peer in ("supervisord", "circus", "cat"):
         target = {"supervisord": ">= 1.0x", "cat": ">= 0.5x"}.get(peer, "")
-        fig = Figure("pass-through rate", "k lines/s", peer, "higher", target,
+        fig = Figure(f"pass-through rate, {mix} mix", "k lines/s", peer, "higher", target,
                      guard=[n_lines / s / 1e3 for s in secs["guard"]],
                      peer=[n_lines / s / 1e3 for s in secs[peer]], note=note)
         ratio = fig.ratio()
         if target and ratio is not None:
             fig.met = ratio >= (1.0 if peer == "supervisord" else 0.5) and not lost
         figures.append(fig)
-    figures.append(Figure("pass-through bytes", "MB/s", "cat", "higher",
+    figures.append(Figure(f"pass-through bytes, {mix} mix", "MB/s", "cat", "higher",
                           guard=[size / s / 1e6 for s in secs["guard"]],
                           peer=[size / s / 1e6 for s in secs["cat"]]))
     for peer in ("supervisord", "circus", "cat"):
-        figures.append(Figure("supervisor CPU per 1M lines", "CPU s", peer, "lower",
+        figures.append(Figure(f"supervisor CPU per 1M lines, {mix} mix", "CPU s", peer, "lower",
                               guard=[c / n_lines * 1e6 for c in cpus["guard"]],
                               peer=[c / n_lines * 1e6 for c in cpus[peer]]))
     return figures

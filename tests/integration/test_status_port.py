@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -303,3 +304,18 @@ def test_a_start_the_stage_watcher_finds_stalled_turns_startupz_503(
     assert supervise(rt, base_argv(free_port()), during) == EXIT_OK
     assert seen["startupz"] == 503
     assert seen["status"]["stage"] in ("dist_init", "distributed init")
+
+
+def test_a_loop_step_that_changes_nothing_touches_no_gauge(board: StatusBoard) -> None:
+    """The hooks run on every loop step: only a changed snapshot sets the gauges."""
+    shown: list[object] = []
+    real = board.metrics.show
+    board.metrics.show = lambda snap: (shown.append(snap), real(snap))[1]  # type: ignore[method-assign]
+    state = SimpleNamespace(phase="starting")
+    env = SimpleNamespace(sglang_version="0.5.23", matcher=SimpleNamespace(rules=()))
+    board.step(state, env, [])  # type: ignore[arg-type]
+    assert len(shown) == 1  # preflight -> starting
+    for _ in range(100):
+        board.step(state, env, [])  # type: ignore[arg-type]
+    assert len(shown) == 1
+    assert board.snapshot().phase == "starting"

@@ -156,9 +156,9 @@ def test_environment_failure_is_one_launch_and_exit_69(line: str, rule: str,
 @pytest.mark.parametrize("text", FATAL_TEXTS)
 def test_the_prefilter_passes_every_fatal_line_and_skips_requests(text: str) -> None:
     """The block prefilter is a superset of the matcher, and near-miss lines cost nothing."""
-    assert MATCHER.scan(clean(text.encode(), 65536).encode() + b"\n")[0], text
+    assert MATCHER.scan(clean(text.encode(), 65536).encode() + b"\n").rule, text
     for line in quoting(text)[:7]:  # requests, the OpenAI record, access lines
-        assert not MATCHER.scan(line.encode() + b"\n")[0], line
+        assert not MATCHER.scan(line.encode() + b"\n").rule, line
 
 
 def test_explain_names_the_library_and_skips_the_request(tmp_path: Path) -> None:

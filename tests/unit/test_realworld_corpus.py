@@ -176,5 +176,8 @@ def test_the_cli_names_the_same_fix(entry: dict[str, Any], tmp_path: Path,
     assert result.exit_code == 0, result.output
     got = json.loads(result.output)["fix"]
     want = propose(entry)
-    assert want is not None and got is not None
+    if want is None:  # a miss the score counts: the CLI proposes nothing either
+        assert got is None
+        return
+    assert got is not None
     assert (got["rule"], got["flag"], got["new_value"]) == (want.rule.id, want.flag, want.new_value)

@@ -17,8 +17,8 @@ from sglang_guard.core.guardconfig import (
     parse_guard_config,
 )
 from sglang_guard.core.options import load_option_table
-from sglang_guard.core.rules import Matcher, load_default_packs
-from sglang_guard.core.stages import MARKERS
+from sglang_guard.core.rules import BlockHits, Matcher, load_default_packs
+from sglang_guard.core.stages import MARKERS, READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, InputError
 
 OPTIONS = load_option_table()
@@ -146,13 +146,15 @@ def test_the_same_stage_again_is_progress_only() -> None:
 def test_scan_finds_the_last_marker_of_a_block_in_one_pass() -> None:
     block = (f"{REC}Init parallel begin.\n{REC}Init parallel ends. elapsed=0.1 s\n"
              f"{REC}Load weight begin. avail mem=20 GB\n").encode()
-    assert MATCHER.scan(block) == (False, "weights")
-    assert MATCHER.scan(b"[x] healthy\n") == (False, None)
-    assert MATCHER.scan(f"{REC}Capture target decode cuda graph begin. bs=[1]\n".encode()) == (
-        False, "cuda_graph")
-    rule, stage = MATCHER.scan(b"ValueError: hpc_ops backend can only be used with non-MLA "
-                               b"models.\n" + f"{REC}Init parallel begin.\n".encode())
-    assert rule and stage == "dist_init"
+    assert MATCHER.scan(block) == BlockHits(rule=False, stage="weights", ready=False)
+    assert MATCHER.scan(b"[x] healthy\n") == BlockHits(rule=False, stage=None, ready=False)
+    found = MATCHER.scan(f"{REC}Capture target decode cuda graph begin. bs=[1]\n".encode())
+    assert (found.rule, found.stage) == (False, "cuda_graph")
+    found = MATCHER.scan(b"ValueError: hpc_ops backend can only be used with non-MLA "
+                         b"models.\n" + f"{REC}Init parallel begin.\n".encode())
+    assert found.rule and found.stage == "dist_init" and not found.ready
+    found = MATCHER.scan(f"{REC}Load weight end.\n{REC}{READY_LINE}\n".encode())
+    assert found == BlockHits(rule=False, stage="init", ready=True)
     assert {m[0] for m in MARKERS} <= {"init", "dist_init", "weights", "cuda_graph", "warmup"}
 
 

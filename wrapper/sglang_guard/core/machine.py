@@ -57,10 +57,9 @@ from sglang_guard.core.rules import (
     first_fix,
     in_phase,
 )
-from sglang_guard.core.stages import Stalled, is_progress
+from sglang_guard.core.stages import READY_LINE, Stalled, is_progress
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
 
-READY_LINE = "The server is fired up and ready to roll!"
 SETTLE_S = 2.0  # a catch-all match waits this long for a more specific line of the same crash
 HEALTH_RETRY_S = 1.0
 

@@ -21,6 +21,7 @@ import re2
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.core.blockscan import BlockScan, unanchored
 from sglang_guard.core.logline import error_text
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rulepack import (
@@ -40,7 +41,7 @@ from sglang_guard.core.rulepack import (
     number,
     parse_pack,
 )
-from sglang_guard.core.stages import MARKERS, last_stage
+from sglang_guard.core.stages import MARKERS, READY_LINE, last_stage
 from sglang_guard.errors import ConfigError
 
 __all__ = [
@@ -103,21 +104,44 @@ class Fix:
 # whole quoted strings ('...' or "...", as Python's repr writes them). Anchored at the start
 # of the text; RE2 keeps it linear.
 QUOTE_LEAD = r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*?"""
-# The prefilter's lead, per line of a block: a superset of what `error_text` lets a rule
-# read -- an SGLang record's message start (or its ERROR: text), or a line that starts with
-# a letter or "- " (exception lines, argparse, a bare ERROR:). Indented traceback source,
-# warnings ("/path.py:71: UserWarning"), logged requests and access lines never pass it,
-# so those near-miss lines cost no per-line work.
-BLOCK_LEAD = (r"(?m)^(?:[\w.-]{1,64}\s{1,16}\| )?"
-              r"(?:\[\d{4}-\d\d-\d\d [^\]\n]*\] (?:(?:ERROR|CRITICAL):[^\n]*?)?"
-              r"|(?:- )?(?:[A-Za-z_][^\n]*?)?)")
+# The prefilter's lead, per line of a block: a superset of where `error_text` lets a rule
+# read, with the same quote rule from the same place -- an SGLang record's message from its
+# start; after an ERROR:/CRITICAL: level, outside quotes; an exception line (a letter or
+# "- " at column 0), outside quotes from column 0; argparse's error, outside quotes after
+# its program name, at "error: " or past it (the literal keeps Hyperscan fast). Indented
+# traceback source, warnings ("/path.py:71: UserWarning"), logged requests, access lines
+# and quoted text never pass it, so those near-miss lines cost no per-line work.
+# QUOTE_LEAD within one line of a block:
+_BLOCK_QUOTES = (r"""(?:[^'"\\\n]|\\[^\n]|'(?:[^'\\\n]|\\[^\n])*'"""
+                 r"""|"(?:[^"\\\n]|\\[^\n])*")*?""")
+_BLOCK_RECORD = r"\[\d{4}-\d\d-\d\d [^\]\n]*\] "
+BLOCK_LEAD = (r"(?m)^(?:[\w.-]{1,64}\s{1,16}\| )?(?:"
+              + _BLOCK_RECORD
+              + f"|(?:{_BLOCK_RECORD})?(?:ERROR|CRITICAL):\\s{{1,16}}{_BLOCK_QUOTES}"
+              + f"|(?:(?:- )?[A-Za-z_]{_BLOCK_QUOTES})?"
+              + f"|[^\\s:\\n]{{1,128}}(?: [^\\s:\\n]{{1,128}})?: (?:error: {_BLOCK_QUOTES})?)")
+
+
+@dataclass(frozen=True, slots=True)
+class BlockHits:
+    """What one pass over a block of lines found (`Matcher.scan`)."""
+
+    rule: bool  # some line might match a rule: its lines go to the exact per-line matching
+    stage: str | None  # the start-up stage of the last marker in the block, if any
+    ready: bool  # the block holds SGLang's ready line
+
+
+_NO_HITS = BlockHits(rule=False, stage=None, ready=False)
 
 
 class Matcher:
-    """All packs' rules, compiled once into one RE2 set: one scan per line."""
+    """All packs' rules, compiled once: one block scan per chunk, one RE2 set scan per line."""
 
-    def __init__(self, packs: Sequence[RulePack]) -> None:
-        """Compile every rule; a rule id used by two packs is a ConfigError."""
+    def __init__(self, packs: Sequence[RulePack], *, accelerate: bool = True) -> None:
+        """Compile every rule; a rule id used by two packs is a ConfigError.
+
+        `accelerate=False` keeps the block prefilter on RE2 (core/blockscan.py).
+        """
         self.rules: tuple[Rule, ...] = tuple(r for p in packs for r in p.rules)
         owner: dict[str, RulePack] = {}
         for pack in packs:
@@ -134,16 +158,18 @@ class Matcher:
         # matches at the start only (a plain SGLang record, whose level is not printed).
         self._free = re2.Set.MatchSet(RE2_OPTIONS)
         self._start = re2.Set.MatchSet(RE2_OPTIONS)
-        # The patterns over a block of many lines, each behind BLOCK_LEAD: a block that
-        # matches nothing holds no line that would (a superset test).
-        self._block = re2.Set.SearchSet(RE2_OPTIONS)
         for rule in self.rules:
             self._free.Add(f"{QUOTE_LEAD}(?:{rule.pattern})")
             self._start.Add(f"(?:{rule.pattern})")
-            self._block.Add(f"{BLOCK_LEAD}(?:{rule.pattern})")
-        # The start-up stage markers share the scan (after the rules): the stall watch.
-        for _, _, marker in MARKERS:
-            self._block.Add(marker)
+        # The patterns over a block of many lines, each behind BLOCK_LEAD: a block that
+        # matches nothing holds no line that would (a superset test, core/blockscan.py).
+        # The start-up stage markers (the stall watch) and the ready line share the scan,
+        # after the rules.
+        # A rule's own anchors are dropped there (Hyperscan takes none behind a lead).
+        self._block = BlockScan([*(f"{BLOCK_LEAD}(?:{unanchored(rule.pattern)})"
+                                   for rule in self.rules),
+                                 *(marker for _, _, marker in MARKERS), re2.escape(READY_LINE)],
+                                accelerate=accelerate)
         # Non-fatal rules (notes `explain` shows; they never act) read every line as it is.
         self._notes = re2.Set.SearchSet(RE2_OPTIONS)
         self._note_ids = tuple(i for i, r in enumerate(self.rules) if not r.fatal)
@@ -151,23 +177,33 @@ class Matcher:
             self._notes.Add(self.rules[i].pattern)
         self._free.Compile()
         self._start.Compile()
-        self._block.Compile()
         if self._note_ids:
             self._notes.Compile()
         self._compiled: dict[str, Any] = {}
 
+    def prepare_scan(self) -> tuple[str, str | None]:
+        """Compile the block prefilter now, not on the first chunk: its engine, and why not
+        all on Hyperscan (None when all are)."""
+        return self._block.engine, self._block.why
+
     def might_match(self, block: bytes) -> bool:
         """False only when no line of `block` (UTF-8 lines joined by newlines) can match."""
-        return self.scan(block)[0]
+        return self.scan(block).rule
 
-    def scan(self, block: bytes) -> tuple[bool, str | None]:
-        """One pass over `block`: might a line match a rule, and the last stage it starts."""
-        hits = self._block.Match(block)
+    def scan(self, block: bytes, *, stages: bool = True) -> BlockHits:
+        """One pass over `block`: might a line match a rule, the last stage it starts, ready.
+
+        `stages=False` (the server is past its start) leaves `stage` None: placing the last
+        marker costs a search per marker found.
+        """
+        hits = self._block.hits(block)
         if not hits:
-            return False, None
-        n = len(self.rules)
-        markers = [i - n for i in hits if i >= n]
-        return len(markers) < len(hits), last_stage(block, markers) if markers else None
+            return _NO_HITS
+        n, ready = len(self.rules), self._block.size - 1
+        markers = [i - n for i in hits if n <= i < ready] if stages else []
+        return BlockHits(rule=any(i < n for i in hits),
+                         stage=last_stage(block, markers) if markers else None,
+                         ready=ready in hits)
 
     def candidates(self, line: str) -> tuple[Rule, ...]:
         """The rules whose pattern matches `line` (fatal ones: its error text), in pack order."""

@@ -33,6 +33,9 @@ MARKERS: tuple[tuple[str, str, str], ...] = (
     ("warmup", "Uvicorn running on ", r"Uvicorn running on "),
 )
 _LITERALS = tuple(literal.encode() for _, literal, _ in MARKERS)
+# The line SGLang prints once its warm-up request passed (0.5.23 srt/entrypoints/
+# http_server.py:2600); the block scan finds it in the same pass as the markers.
+READY_LINE = "The server is fired up and ready to roll!"
 # SGLang's record prefix (srt/utils/common.py:2630): its own lines, not a library's.
 _RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] ")
 

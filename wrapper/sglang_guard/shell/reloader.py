@@ -76,6 +76,7 @@ class Reloader:
                 else self.cfg
             new_env = replace(env, matcher=Matcher(load_packs(cfg, env.options)),
                               restart=cfg.restart, health=cfg.health, start=cfg.start)
+            new_env.matcher.prepare_scan()  # here, not in a reader thread on the next chunk
         except GuardError as exc:
             return self._rejected(record, str(exc), env_applied=False)
         self.cfg = cfg

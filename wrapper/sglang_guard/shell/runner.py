@@ -142,6 +142,9 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                  watch=watched_files(cfg, first), observer=opts.observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
+    engine, why = env.matcher.prepare_scan()
+    if why is not None:  # the log pass-through runs at RE2's speed for these patterns
+        get_logger().warning("scan.engine", engine=engine, why=why)
     cl = first.cl
     spec = group_spec(cl, os.environ, cfg.group.port)
     if spec is not None:  # a multi-node group (docs/multinode.md)

@@ -163,6 +163,8 @@ class StatusBoard:
                                    error=f"{type(exc).__name__}: {exc}")
 
     def _set(self, snap: model.Snapshot) -> None:
+        if snap is self._snap:  # most loop steps change nothing: no gauge is touched
+            return
         self._snap = snap
         self.metrics.show(snap)
 

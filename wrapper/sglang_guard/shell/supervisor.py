@@ -64,7 +64,6 @@ if TYPE_CHECKING:
     from sglang_guard.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
-_READY = machine.READY_LINE.encode()
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -231,10 +230,11 @@ class Supervisor:
 
         def interesting(block: bytes) -> bool:
             text = clean_block(block)
-            rule, stage = self.rt.env.matcher.scan(text)
-            if stage is not None and self.state.phase == "starting":
-                self.events.put(ChildStage(gen, stage))
-            return rule or _READY in text
+            starting = self.state.phase == "starting"
+            found = self.rt.env.matcher.scan(text, stages=starting)
+            if found.stage is not None and starting:
+                self.events.put(ChildStage(gen, found.stage))
+            return found.rule or found.ready
 
         return interesting
 

@@ -1,0 +1,169 @@
+"""The block prefilter: Hyperscan must find at least what RE2 finds, on every line we hold."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from requestlines import FATAL_TEXTS, quoting
+from sglang_guard.core import blockscan
+from sglang_guard.core.blockscan import BlockScan, unanchored, widen
+from sglang_guard.core.logline import clean, clean_block
+from sglang_guard.core.rules import Matcher, load_default_packs
+
+REPO = Path(__file__).resolve().parents[2]
+MATCHER = Matcher(load_default_packs())
+PATTERNS = MATCHER._block.patterns  # the patterns the supervisor's reader threads scan for
+
+
+@pytest.mark.parametrize(("pattern", "want"), [
+    (r"a{2,5}b", r"a{2,}b"),
+    (r"\d{4}-\d\d", r"\d{4,}-\d\d"),
+    (r"[^\]]{0,200}\] ", r"[^\]]{0,}\] "),
+    (r"x{3,}", r"x{3,}"),
+    (r"\{3}", r"\{3}"),  # an escaped brace is a literal
+    (r"[{]{2}", r"[{]{2,}"),  # a brace inside a class is a literal
+    (r"[]{1}]", r"[]{1}]"),  # a leading ] belongs to the class
+    (r"\x{41}{2}", r"\x{41}{2,}"),
+    (r"\p{Greek}{1,3}", r"\p{Greek}{1,}"),
+    (r"x{,3}", r"x{,3}"),  # RE2 reads "{,3}" as literal text
+    (r"x{a}", r"x{a}"),
+])
+def test_widen_drops_only_upper_bounds_of_repeats(pattern: str, want: str) -> None:
+    assert widen(pattern) == want
+
+
+@pytest.mark.parametrize(("pattern", "want"), [
+    (r"^AssertionError: (?P<a>[0-9]+) is x\s*$", r"AssertionError: (?P<a>[0-9]+) is x\s*"),
+    (r"[^a]\^\$\Afoo\z", r"[^a]\^\$foo"),
+])
+def test_unanchored_drops_anchors_only(pattern: str, want: str) -> None:
+    assert unanchored(pattern) == want
+
+
+def test_a_bounded_repeat_of_multibyte_characters_still_hits() -> None:
+    """RE2 counts characters, Hyperscan bytes: 3 characters here are 6 bytes."""
+    line = "ééé] ERR\n".encode()
+    pattern = r"(?m)^[^\]\n]{1,3}\] ERR"
+    assert BlockScan([pattern], accelerate=False).hits(line) == [0]
+    scan = BlockScan([pattern])
+    if scan.engine == "hyperscan":
+        assert scan.hits(line) == [0]
+
+
+def _stored_lines() -> list[bytes]:
+    logs = [*sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log")),
+            *sorted((REPO / "tests" / "data" / "realworld").glob("*.toml")),
+            *sorted((REPO.parent / "shared" / "reference").glob("*.log"))]
+    lines = {ln for path in logs for ln in path.read_bytes().splitlines()}
+    for text in FATAL_TEXTS:
+        lines.add(clean(text.encode(), 65536).encode())
+        lines.update(q.encode() for q in quoting(text))
+    return sorted(lines)
+
+
+def test_the_engine_on_this_platform_is_hyperscan() -> None:
+    """The dependency installs a wheel on the CI platform: a silent fallback would hide it."""
+    assert MATCHER.prepare_scan() == ("hyperscan", None)
+
+
+def test_hyperscan_hits_every_pattern_re2_hits_line_by_line() -> None:
+    fast, exact = BlockScan(PATTERNS), BlockScan(PATTERNS, accelerate=False)
+    assert fast.engine == "hyperscan"
+    lines = _stored_lines()
+    assert len(lines) > 1000
+    hit_lines = 0
+    for line in lines:
+        want = set(exact.hits(line + b"\n"))
+        hit_lines += bool(want)
+        assert want <= set(fast.hits(line + b"\n")), line[:200]
+    assert hit_lines > 100  # the stored logs hold many fatal lines and markers
+
+
+def test_hyperscan_and_re2_agree_on_whole_logs() -> None:
+    fast, exact = BlockScan(PATTERNS), BlockScan(PATTERNS, accelerate=False)
+    for path in sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log")):
+        block = clean_block(path.read_bytes())
+        assert set(exact.hits(block)) <= set(fast.hits(block)), path.name
+
+
+def test_two_threads_scan_at_once_each_with_its_own_scratch() -> None:
+    scan = BlockScan(PATTERNS)
+    fatal = clean(FATAL_TEXTS[0].encode(), 65536).encode() + b"\n"
+    healthy = b"[2026-11-29 16:50:40] Load weight begin. avail mem=20 GB\n" * 20000
+    errors: list[str] = []
+
+    def work(block: bytes, want_rule: bool) -> None:
+        for _ in range(50):
+            got = any(i < len(MATCHER.rules) for i in scan.hits(block))
+            if got != want_rule:
+                errors.append(f"{block[:40]!r}: {got}")
+
+    threads = [threading.Thread(target=work, args=(healthy + fatal, True)),
+               threading.Thread(target=work, args=(healthy, False))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_an_empty_set_and_an_empty_block() -> None:
+    assert BlockScan([]).hits(b"anything\n") == []
+    assert BlockScan(PATTERNS).hits(b"") == []
+
+
+def test_the_block_scan_passes_every_line_a_fatal_rule_matches() -> None:
+    """The prefilter is a superset of the exact per-line matcher, line by line."""
+    matched = 0
+    for line in _stored_lines():
+        text = clean(line, 65536)
+        if any(r.fatal for r in MATCHER.candidates(text)):
+            matched += 1
+            assert MATCHER.scan(text.encode() + b"\n").rule, line[:200]
+    assert matched > 100
+
+
+@pytest.mark.parametrize("text", FATAL_TEXTS)
+def test_lines_quoting_a_fatal_message_cost_no_per_line_work(text: str) -> None:
+    """Requests, access lines and exceptions that quote the text: the block scan skips them."""
+    for line in quoting(text):
+        assert not MATCHER.scan(line.encode() + b"\n").rule, line
+
+
+def test_an_re2_set_too_large_for_one_program_is_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    lines = [ln + b"\n" for ln in _stored_lines()]
+    one = BlockScan(PATTERNS, accelerate=False)
+    want = [one.hits(ln) for ln in lines]
+    assert len(blockscan._re2_sets(PATTERNS)) == 1
+    monkeypatch.setattr(blockscan, "RE2_SET_MEMORY", 8 << 20)  # RE2's own default
+    blockscan._re2_sets.cache_clear()
+    blockscan._compile.cache_clear()
+    try:
+        split = BlockScan(PATTERNS, accelerate=False)
+        assert len(blockscan._re2_sets(PATTERNS)) > 1  # the default pack does not fit 8 MiB
+        assert [sorted(split.hits(ln)) for ln in lines] == [sorted(w) for w in want]
+    finally:
+        blockscan._re2_sets.cache_clear()
+        blockscan._compile.cache_clear()
+
+
+@pytest.mark.parametrize("prog", ["launch_server.py", "/usr/bin/launch_server.py", "sglang serve"])
+def test_argparse_error_lines_pass_at_error_and_past_it(prog: str) -> None:
+    for line in (f"{prog}: error: argument --attention-backend: invalid choice: 'x' (choose "
+                 "from 'fa3', 'triton')",
+                 f"{prog}: error: unrecognized arguments: --foo"):
+        assert any(r.fatal for r in MATCHER.candidates(line)), line
+        assert MATCHER.scan(line.encode() + b"\n").rule, line
+
+
+def test_a_pattern_hyperscan_cannot_take_stays_on_re2_alone() -> None:
+    """An embedded anchor (which Hyperscan refuses) must not put the whole set on RE2."""
+    scan = BlockScan(["(?m)^x(?:^y)?z", "token", "(?m)^other"])
+    assert scan.engine == "hyperscan+re2"
+    assert scan.why is not None and "1 of 3 patterns are on RE2" in scan.why
+    assert sorted(scan.hits(b"xz\n")) == [0]
+    assert sorted(scan.hits(b"a token\nother\n")) == [1, 2]
+    assert scan.hits(b"nothing here\n") == []
