@@ -12,18 +12,22 @@ from requestlines import ENV_LINES, FATAL_TEXTS, TS, quoting
 from sglang_guard.core import machine
 from sglang_guard.core.events import SignalReceived
 from sglang_guard.core.guardconfig import StartSection
+from sglang_guard.core.logline import is_exception_line
 from sglang_guard.core.rules import Matcher, load_default_packs
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
 from sglang_guard.shell.supervisor import Runtime, Supervisor
 
 from .test_supervisor import (
+    FA3_LINE,
     HealthServer,
     Launcher,
     base_argv,
     count,
     journal_events,
     make_runtime,
+    ready_then_wait,
     supervise,
+    terminate_when,
     wait_for,
 )
 
@@ -64,6 +68,62 @@ def test_ready_server_logging_requests_that_quote_every_pattern_is_left_alone(
                 "backoff"):
         assert bad not in events, (bad, events)
     assert len(lines) > 500
+
+
+def test_an_exception_message_that_quotes_fatal_lines_on_its_own_lines_is_left_alone(
+        tmp_path: Path) -> None:
+    """While starting: the lines after an exception line are its message, not new errors."""
+    quoted = [t for t in FATAL_TEXTS if is_exception_line(t) and not t.startswith("- ")]
+    done = tmp_path / "done"
+    script = [["print", "stderr", f"{TS} Init torch distributed begin."],
+              ["print", "stderr", "Traceback (most recent call last):"],
+              ["print", "stderr", '  File "sglang/srt/utils/common.py", line 120, in probe'],
+              ["print", "stderr", "ImportError: optional kernel not loaded; its build log says:"],
+              *[["print", "stderr", text] for text in quoted],
+              ["print", "stderr", ""],
+              ["print", "stdout", f"{TS} {machine.READY_LINE}"], ["pidfile", str(done)],
+              ["wait_term"], ["exit", 0]]
+    launcher = Launcher(tmp_path, [script])
+    with HealthServer() as server:
+        rt = make_runtime(tmp_path, launcher)
+        _default_packs(rt)
+        state = tmp_path / "state"
+
+        def during(sup: Supervisor) -> None:
+            wait_for(lambda: count(state, "ready") >= 1, 60, "ready")
+            time.sleep(2.5)  # longer than the settle window: a late decision would show
+            sup.events.put(SignalReceived(signal.SIGTERM))
+
+        code = supervise(rt, base_argv(server.port, *ARGV_FLAGS), during)
+    assert code == EXIT_OK
+    events = [r["event"] for r in journal_events(state)]
+    assert events.count("child.start") == 1, events
+    for bad in ("remediated", "crash.detected", "give_up.planned", "give_up", "backoff"):
+        assert bad not in events, (bad, events)
+    assert len(quoted) > 50
+
+
+def test_a_traceback_read_over_many_chunks_still_ends_in_its_exception_line(
+        tmp_path: Path) -> None:
+    """Header, frames, another rank's record and the exception line arrive in separate reads:
+    the frames' chunk is skipped by the prefilter, and the state carries over."""
+    pause = ["sleep", 0.3]  # each print reaches the reader as a read of its own
+    script = [["print", "stderr", f"{TS} Load weight end. type=LlamaForCausalLM"], pause,
+              ["print", "stderr", f"{TS} Scheduler hit an exception: Traceback (most recent "
+                                  "call last):"], pause,
+              ["print", "stderr", '  File "sglang/srt/layers/attention/attention_registry.py"'
+                                  ", line 244, in create_flashattention_v3_backend"], pause,
+              ["print", "stderr", "[2026-11-29 16:50:40 TP1] Load weight end."], pause,
+              ["print", "stderr", FA3_LINE], ["exit", 1]]
+    launcher = Launcher(tmp_path, [script, ready_then_wait()])
+    with HealthServer() as server:
+        rt = make_runtime(tmp_path, launcher)
+        _default_packs(rt)
+        argv = base_argv(server.port, "--attention-backend", "fa3")
+        code = supervise(rt, argv, terminate_when(tmp_path / "state", "ready"))
+    assert code == EXIT_OK
+    first, second = launcher.argvs()
+    assert "fa3" in first and "fa3" not in second
 
 
 def test_environment_failure_one_launch_exit_69_no_restart(tmp_path: Path) -> None:

@@ -164,7 +164,9 @@ def test_the_prefilter_passes_every_fatal_line_and_skips_requests(text: str) -> 
 def test_explain_names_the_library_and_skips_the_request(tmp_path: Path) -> None:
     log = tmp_path / "s.log"
     log.write_text(f"{TS} Receive: obj=GenerateReqInput(rid='x', text={ENV_LINES[2][0]!r})\n"
+                   "Traceback (most recent call last):\n"
+                   '  File "/venv/lib/python3.11/site-packages/sgl_kernel/__init__.py", line 5\n'
                    f"{ENV_LINES[2][0]}\n", encoding="utf-8")
     (match,) = explain_log(str(log), GuardConfig())
-    assert match.line_no == 2 and match.rule.id == "env-cuda-library-missing"
+    assert match.line_no == 4 and match.rule.id == "env-cuda-library-missing"
     assert "libnvrtc.so.12" in match.why and "exit 69" in match.render()

@@ -52,6 +52,9 @@ LOG = [
     "[2026-01-01 10:00:01] Scheduler hit an exception: Traceback (most recent call last):",
     '  File "attention_registry.py", line 244, in create_flashattention_v3_backend',
     "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90.",
+    "",
+    "Traceback (most recent call last):",
+    '  File "model_runner.py", line 1450, in init_memory_pool',
     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
 ]
 
@@ -73,7 +76,23 @@ def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Files:
 def test_fatal_specific_matches_first_then_catch_alls_then_warnings(files: Files) -> None:
     log, _, cfg = files
     found = [(m.line_no, m.rule.id) for m in explain_log(str(log), cfg)]
-    assert found == [(5, "fa3-sm"), (6, "mem-low"), (3, "crash"), (2, "a-warning")]
+    assert found == [(5, "fa3-sm"), (9, "mem-low"), (3, "crash"), (2, "a-warning")]
+
+
+def test_an_exception_line_counts_only_where_it_ends_a_traceback(tmp_path: Path,
+                                                                  files: Files) -> None:
+    """The second line of an exception's message is no exception line, whatever its shape."""
+    _, _, cfg = files
+    log = tmp_path / "s.log"
+    log.write_text("\n".join([
+        "[2026-01-01 10:00:00] server_args=ServerArgs(...)",
+        "Traceback (most recent call last):",
+        '  File "tokenizer_manager.py", line 900, in _validate',
+        "ValueError: invalid stop string: 'x",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.'",
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    ]) + "\n")
+    assert explain_log(str(log), cfg) == []
 
 
 def test_lines_are_cleaned_before_matching(tmp_path: Path, files: Files) -> None:

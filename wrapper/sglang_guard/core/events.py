@@ -24,6 +24,9 @@ class ChildLine:
     stream: Stream
     text: str
     length: int  # the raw line's full length in bytes
+    # Whether an exception-shaped line ends a traceback (core/tracebacks.py): False, it is
+    # no error output; None, not known (a line from elsewhere than a child's pipe).
+    ends_traceback: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

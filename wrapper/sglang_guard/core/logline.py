@@ -93,7 +93,12 @@ _ARGPARSE = re.compile(r"[^\s:]{1,128}(?: [^\s:]{1,128})?: (?=error: )")
 _COLLECTOR = re.compile(r"[\w.-]{1,64}\s{1,16}\| ")
 
 
-def error_text(line: str) -> tuple[str, bool] | None:
+def is_exception_line(line: str) -> bool:
+    """Whether `line` is shaped like a traceback's last line ("ValueError: ...")."""
+    return _EXCEPTION.match(line) is not None
+
+
+def error_text(line: str, ends_traceback: bool | None = None) -> tuple[str, bool] | None:
     """The part of `line` a rule may match, and whether it must match at its start.
 
     None: not SGLang's error output. Exception lines, error-level records and argparse's
@@ -111,7 +116,8 @@ def error_text(line: str) -> tuple[str, bool] | None:
         return rest[level.end():], False
     if record:
         return rest, True
-    if _EXCEPTION.match(line):
+    if ends_traceback is not False and _EXCEPTION.match(line):
+        # Only the line that ends a traceback (core/tracebacks.py; None: not known).
         return line, False
     argparse = _ARGPARSE.match(line)
     if argparse:

@@ -330,13 +330,15 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
             return _ready(state, env)
         actions.append(Probe(state.gen, "/health"))
     # Advice rules change nothing: journaled, never a remediation, a restart or a fire.
+    ends = event.ends_traceback
     actions += [Journal(advice_record(r, event.text, state.gen))
-                for r in advice_for(env.matcher, event.text, _ctx(state, env))]
-    fix, exhausted = first_fix(env.matcher, event.text, _ctx(state, env), state.fired)
+                for r in advice_for(env.matcher, event.text, _ctx(state, env), ends)]
+    fix, exhausted = first_fix(env.matcher, event.text, _ctx(state, env), state.fired, ends)
     if fix is None:
         # A rule that already fired and now finds nothing left to change (its flag is gone
         # or already has the new value) fired again after its fix: the fix did not hold.
-        again = exhausted or _refired(env.matcher, event.text, state.fired, _ctx(state, env).phase)
+        again = exhausted or _refired(env.matcher, event.text, state.fired,
+                                      _ctx(state, env).phase, ends)
         if again and not isinstance(state.tentative, Refired):
             # Not at once: a later line of the same burst may still name a fix (torch's OOM
             # line comes before SGLang's "Capture cuda graph failed", say). A pending
@@ -364,9 +366,9 @@ def _settle(state: State, env: Env) -> tuple[State, list[Action]]:
     return _apply_fix(state, what.fix, what.line, env)
 
 
-def _refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str
-             ) -> tuple[Rule, ...]:
-    return tuple(r for r in matcher.candidates(line)
+def _refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str,
+             ends_traceback: bool | None) -> tuple[Rule, ...]:
+    return tuple(r for r in matcher.candidates(line, ends_traceback)
                  if r.fatal and fired.get(r.id, 0) > 0 and in_phase(r, phase))
 
 

@@ -21,6 +21,7 @@ import re2
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.core import tracebacks
 from sglang_guard.core.blockscan import BlockScan, unanchored
 from sglang_guard.core.logline import error_text
 from sglang_guard.core.options import OptionTable
@@ -129,6 +130,7 @@ class BlockHits:
     rule: bool  # some line might match a rule: its lines go to the exact per-line matching
     stage: str | None  # the start-up stage of the last marker in the block, if any
     ready: bool  # the block holds SGLang's ready line
+    traceback: bool = False  # the block holds a traceback's header
 
 
 _NO_HITS = BlockHits(rule=False, stage=None, ready=False)
@@ -163,12 +165,14 @@ class Matcher:
             self._start.Add(f"(?:{rule.pattern})")
         # The patterns over a block of many lines, each behind BLOCK_LEAD: a block that
         # matches nothing holds no line that would (a superset test, core/blockscan.py).
-        # The start-up stage markers (the stall watch) and the ready line share the scan,
-        # after the rules.
+        # The start-up stage markers (the stall watch), the ready line and a traceback's
+        # header (its lines are read one by one: core/tracebacks.py) share the scan, after
+        # the rules.
         # A rule's own anchors are dropped there (Hyperscan takes none behind a lead).
         self._block = BlockScan([*(f"{BLOCK_LEAD}(?:{unanchored(rule.pattern)})"
                                    for rule in self.rules),
-                                 *(marker for _, _, marker in MARKERS), re2.escape(READY_LINE)],
+                                 *(marker for _, _, marker in MARKERS), re2.escape(READY_LINE),
+                                 re2.escape(tracebacks.HEADER)],
                                 accelerate=accelerate)
         # Non-fatal rules (notes `explain` shows; they never act) read every line as it is.
         self._notes = re2.Set.SearchSet(RE2_OPTIONS)
@@ -199,25 +203,29 @@ class Matcher:
         hits = self._block.hits(block)
         if not hits:
             return _NO_HITS
-        n, ready = len(self.rules), self._block.size - 1
+        n, ready, header = len(self.rules), self._block.size - 2, self._block.size - 1
         markers = [i - n for i in hits if n <= i < ready] if stages else []
         return BlockHits(rule=any(i < n for i in hits),
                          stage=last_stage(block, markers) if markers else None,
-                         ready=ready in hits)
+                         ready=ready in hits, traceback=header in hits)
 
-    def candidates(self, line: str) -> tuple[Rule, ...]:
-        """The rules whose pattern matches `line` (fatal ones: its error text), in pack order."""
+    def candidates(self, line: str, ends_traceback: bool | None = None) -> tuple[Rule, ...]:
+        """The rules whose pattern matches `line` (fatal ones: its error text), in pack order.
+
+        `ends_traceback` (core/tracebacks.py): False when an exception-shaped `line` does not
+        end a traceback, so it is no error output; None when that is not known.
+        """
         if not self.rules:
             return ()
         try:
-            hits = self._hits(line)
+            hits = self._hits(line, ends_traceback)
         except UnicodeEncodeError:  # lone surrogates (surrogateescape input): RE2 needs UTF-8
-            hits = self._hits(line.encode("utf-8", "replace").decode("utf-8"))
+            hits = self._hits(line.encode("utf-8", "replace").decode("utf-8"), ends_traceback)
         return tuple(self.rules[i] for i in sorted(hits))
 
-    def _hits(self, line: str) -> set[int]:
+    def _hits(self, line: str, ends_traceback: bool | None) -> set[int]:
         hits: set[int] = set()
-        found = error_text(line)
+        found = error_text(line, ends_traceback)
         if found is not None:
             text, at_start = found
             found_set = (self._start if at_start else self._free).Match(text) or ()
@@ -394,7 +402,8 @@ def _release_accepts(options: OptionTable | None, flag: str, value: str | None) 
 
 
 def first_fix(
-    matcher: Matcher, line: str, ctx: MatchContext, fired: Mapping[str, int]
+    matcher: Matcher, line: str, ctx: MatchContext, fired: Mapping[str, int],
+    ends_traceback: bool | None = None,
 ) -> tuple[Fix | None, tuple[Rule, ...]]:
     """The fix for `line` and the matching fatal rules skipped because their budget ran out.
 
@@ -402,7 +411,7 @@ def first_fix(
     conditions hold, it has fires left and `plan_fix` finds something to change. Advice
     rules are never candidates: they change nothing (see `advice_for`).
     """
-    candidates = sorted((r for r in matcher.candidates(line)
+    candidates = sorted((r for r in matcher.candidates(line, ends_traceback)
                          if r.fatal and r.action != "advice" and in_phase(r, ctx.phase)),
                         key=lambda r: -r.priority)
     exhausted: list[Rule] = []
@@ -428,9 +437,10 @@ def _undo(rule: Rule, ctx: MatchContext, line: str) -> Fix | None:
     return Fix(rule, "undo_guard_edit", flag, ctx.flags.get(flag), None)
 
 
-def advice_for(matcher: Matcher, line: str, ctx: MatchContext) -> tuple[Rule, ...]:
+def advice_for(matcher: Matcher, line: str, ctx: MatchContext,
+               ends_traceback: bool | None = None) -> tuple[Rule, ...]:
     """The advice rules (no automatic action) that `line` triggers on this command line."""
-    return tuple(r for r in matcher.candidates(line)
+    return tuple(r for r in matcher.candidates(line, ends_traceback)
                  if r.action == "advice" and in_phase(r, ctx.phase)
                  and _conditions_hold(r.conditions, ctx))
 
@@ -443,15 +453,25 @@ def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:
             "source": rule.source}
 
 
-def burst_fix(matcher: Matcher, lines: Sequence[str], ctx: MatchContext) -> Fix | None:
+def burst_fix(matcher: Matcher, lines: Sequence[str] | Sequence[tuple[str, bool | None]],
+              ctx: MatchContext) -> Fix | None:
     """The fix a supervisor would act on for this failure output, nothing fired yet.
 
     As core/machine.py does: the first line whose fix is specific (priority >= 0) wins at
-    once; a catch-all (priority < 0) only when no specific line follows it.
+    once; a catch-all (priority < 0) only when no specific line follows it. Exception lines
+    count where they end a traceback, as the supervisor reads them: a (line, ends_traceback)
+    pair says so; plain lines are read in order as an excerpt that may start anywhere.
     """
     waiting: Fix | None = None
-    for line in lines:
-        fix, _ = first_fix(matcher, line, ctx, {})
+    state = tracebacks.UNKNOWN
+    ends: bool | None
+    for item in lines:
+        if isinstance(item, str):
+            line = item
+            state, ends = tracebacks.step(state, line)
+        else:
+            line, ends = item
+        fix, _ = first_fix(matcher, line, ctx, {}, ends)
         if fix is None:
             continue
         if fix.rule.priority >= 0:

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
+from sglang_guard.core import tracebacks
 from sglang_guard.core.events import ChildExited, ChildLine, Event, Stream
 from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.errors import InputError
@@ -79,7 +80,7 @@ class _Pump:
         stream: Stream,
         gen: int,
         sink: BinaryIO,
-        emit: Callable[[Stream, bytes, int], None],
+        emit: Callable[[Stream, str, int, bool], None],
         cap: int,
         budget: int,
         prefilter: Callable[[bytes], bool] | None = None,
@@ -90,6 +91,9 @@ class _Pump:
         self._on_chunk = on_chunk
         self._cap, self._budget = cap, budget
         self._head = bytearray()  # the first `cap` bytes of the current line
+        # Where the stream is in a Python traceback (core/tracebacks.py). Before SGLang's
+        # first record nothing a client sent can be in it: "unknown" reads as before.
+        self._traceback = tracebacks.UNKNOWN
         self._length = 0  # the current line's full length so far
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._pending = 0  # bytes read but not yet written
@@ -134,6 +138,7 @@ class _Pump:
             first = chunk.find(b"\n")
             if not (self._prefilter(chunk)
                     or (self._head and self._prefilter(bytes(self._head) + chunk[: first + 1]))):
+                self._traceback = tracebacks.skip(self._traceback, chunk, bytes(self._head))
                 self._head.clear()
                 self._length = 0
                 self._cut_from(chunk, last + 1)
@@ -154,7 +159,9 @@ class _Pump:
             start = newline + 1
 
     def _line(self) -> None:
-        self._emit(self._stream, bytes(self._head), self._length)
+        text = clean(bytes(self._head), self._cap)
+        self._traceback, ends = tracebacks.step(self._traceback, text)
+        self._emit(self._stream, text, self._length, ends)
         self._head.clear()
         self._length = 0
 
@@ -253,8 +260,8 @@ class Child:
             on_chunk=on_chunk,
         )
 
-    def _put_line(self, stream: Stream, head: bytes, length: int) -> None:
-        self._events.put(ChildLine(self.gen, stream, clean(head, self._cap), length))
+    def _put_line(self, stream: Stream, text: str, length: int, ends: bool) -> None:
+        self._events.put(ChildLine(self.gen, stream, text, length, ends))
 
     def _reap(self) -> None:
         returncode = self._proc.wait()

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sglang_guard.core import tracebacks
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import LINE_CAP, clean, error_text
 from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, burst_fix
@@ -25,6 +26,7 @@ class Match:
     rule: Rule
     why: str = ""  # the rule's reason with the line's named groups filled in
     bare: bool = False  # read as an exception's text (see `bare_line`): listed after the rest
+    ends_traceback: bool | None = None  # where the log showed it (core/tracebacks.py)
 
     def as_dict(self) -> dict[str, Any]:
         """The `explain --json` shape."""
@@ -75,8 +77,10 @@ def explain_lines(lines: Iterable[str], cfg: GuardConfig,
     the guard config's packs, loaded here when not given."""
     matcher = Matcher(load_packs(cfg)) if matcher is None else matcher
     found: list[Match] = []
+    state = tracebacks.UNKNOWN  # a pasted log may start anywhere (core/tracebacks.py)
     for n, text in enumerate(lines, start=1):
-        rules = matcher.candidates(text)
+        state, ends = tracebacks.step(state, text)
+        rules = matcher.candidates(text, ends)
         bare = bare_line(text)
         if not rules and bare is not None:
             rules = matcher.candidates(bare)
@@ -84,7 +88,7 @@ def explain_lines(lines: Iterable[str], cfg: GuardConfig,
             best = sorted(rules, key=lambda r: (not r.fatal, r.action == "advice",
                                                 -r.priority))[0]
             found.append(Match(n, text, best, matcher.diagnose(best, bare or text),
-                               bare=not matcher.candidates(text)))
+                               bare=not matcher.candidates(text, ends), ends_traceback=ends))
     return sorted(found, key=lambda m: (m.bare, not m.rule.fatal, m.rule.priority < 0,
                                         m.line_no))
 
@@ -99,9 +103,10 @@ def bare_line(text: str) -> str | None:
     return f"Exception: {text}"
 
 
-def matching_lines(matches: list[Match]) -> list[str]:
-    """The lines that any rule matches, in log order: all a failure's fix is read from."""
-    return [m.line for m in sorted(matches, key=lambda m: m.line_no)]
+def matching_lines(matches: list[Match]) -> list[tuple[str, bool | None]]:
+    """The lines that any rule matches, in log order, each with where the log showed it
+    (`ends_traceback`): all a failure's fix is read from."""
+    return [(m.line, m.ends_traceback) for m in sorted(matches, key=lambda m: m.line_no)]
 
 
 def fix_as_dict(fix: Fix | None) -> dict[str, Any] | None:
@@ -127,10 +132,12 @@ def render_fix(fix: Fix | None) -> str:
     return f"fix: set {fix.flag}{value} ({fix.rule.id})"
 
 
-def explain_fix(lines: list[str], cfg: GuardConfig, argv: list[str], *,
+def explain_fix(lines: Sequence[str] | Sequence[tuple[str, bool | None]], cfg: GuardConfig,
+                argv: list[str], *,
                 sm: int | None = None, sglang_version: str | None = None,
                 matcher: Matcher | None = None) -> Fix | None:
-    """The fix the supervisor would make to `argv` after this failure output (cleaned lines)."""
+    """The fix the supervisor would make to `argv` after this failure output (cleaned lines,
+    or lines each with its `ends_traceback` as `matching_lines` gives them)."""
     from sglang_guard.core.options import load_option_table  # noqa: PLC0415
     from sglang_guard.shell.inputs import read_command_line  # noqa: PLC0415
 
@@ -144,5 +151,6 @@ def explain_fix(lines: list[str], cfg: GuardConfig, argv: list[str], *,
         # an issue title or a screenshot, or wrapped by a comment. Only then, and never for
         # an SGLang record (a logged request is one), a bare line is read as an exception's
         # text. The supervisor, which reads SGLang's own pipes, never does this.
-        fix = burst_fix(matcher, [b for b in map(bare_line, lines) if b is not None], ctx)
+        texts = [line if isinstance(line, str) else line[0] for line in lines]
+        fix = burst_fix(matcher, [b for b in map(bare_line, texts) if b is not None], ctx)
     return fix

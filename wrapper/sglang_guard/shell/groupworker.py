@@ -82,7 +82,8 @@ class WorkerLink:
 
     def saw_event(self, event: Event, state: State) -> None:
         """Pass on what the leader decides from: lines a rule may match, and exits."""
-        if isinstance(event, ChildLine) and self.matcher.candidates(event.text):
+        if isinstance(event, ChildLine) and self.matcher.candidates(event.text,
+                                                                    event.ends_traceback):
             self._report({"kind": "line", "gen": self._gen_of.get(event.gen, -1),
                           "text": event.text})
         elif isinstance(event, ChildExited):

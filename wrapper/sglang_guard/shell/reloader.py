@@ -17,6 +17,7 @@ from sglang_guard.core.machine import Env
 from sglang_guard.core.rules import Matcher
 from sglang_guard.errors import GuardError, InputError
 from sglang_guard.shell.configfile import read_guard_config
+from sglang_guard.shell.heap import trim_heap
 from sglang_guard.shell.packs import load_packs
 
 if TYPE_CHECKING:  # the loop imports this module; preflight's probes load only in `run`
@@ -77,6 +78,7 @@ class Reloader:
             new_env = replace(env, matcher=Matcher(load_packs(cfg, env.options)),
                               restart=cfg.restart, health=cfg.health, start=cfg.start)
             new_env.matcher.prepare_scan()  # here, not in a reader thread on the next chunk
+            trim_heap()
         except GuardError as exc:
             return self._rejected(record, str(exc), env_applied=False)
         self.cfg = cfg

@@ -15,6 +15,7 @@ from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher
 from sglang_guard.errors import ConfigError, GuardError, Refused
+from sglang_guard.shell.heap import trim_heap
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
@@ -145,6 +146,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     engine, why = env.matcher.prepare_scan()
     if why is not None:  # the log pass-through runs at RE2's speed for these patterns
         get_logger().warning("scan.engine", engine=engine, why=why)
+    trim_heap()
     cl = first.cl
     spec = group_spec(cl, os.environ, cfg.group.port)
     if spec is not None:  # a multi-node group (docs/multinode.md)

@@ -234,7 +234,8 @@ class Supervisor:
             found = self.rt.env.matcher.scan(text, stages=starting)
             if found.stage is not None and starting:
                 self.events.put(ChildStage(gen, found.stage))
-            return found.rule or found.ready
+            # A traceback's lines are read one by one: which line ends it (core/tracebacks).
+            return found.rule or found.ready or found.traceback
 
         return interesting
 

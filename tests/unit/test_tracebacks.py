@@ -1,0 +1,96 @@
+"""Which exception lines end a traceback (core/tracebacks.py), line by line and skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sglang_guard.core import tracebacks as tb
+from sglang_guard.core.logline import clean, is_exception_line
+from sglang_guard.core.rules import Matcher, load_default_packs
+
+LOGS = sorted((Path(__file__).resolve().parents[1] / "data" / "sglang-logs").glob("*.log"))
+
+TS = "[2026-11-29 16:50:40 TP0]"
+REAL = [  # shaped as SGLang 0.5.23 prints a scheduler failure (tests/data/sglang-logs/)
+    f"{TS} Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 3',
+    "    scheduler = Scheduler(",
+    "                ^^^^^^^^^^",
+    "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90.",
+    "Please use `--attention-backend flashinfer`.",
+    "RuntimeError: CUDA out of memory.",  # the message's third line: no exception line
+    "",
+]
+
+
+def flags(lines: list[str], state: str = tb.OTHER) -> list[bool]:
+    out = []
+    for line in lines:
+        state, ends = tb.step(state, line)
+        out.append(ends)
+    return out
+
+
+def test_only_the_line_after_the_frames_ends_the_traceback() -> None:
+    assert flags(REAL) == [False, False, False, False, True, False, False, False]
+
+
+def test_records_and_progress_bars_of_other_processes_may_interleave() -> None:
+    lines = [REAL[0], REAL[1], "[2026-11-29 16:50:40 TP1] Load weight begin.",
+             "Loading safetensors checkpoint shards:  50% Completed | 1/2", REAL[4]]
+    assert flags(lines) == [False, False, False, False, True]
+
+
+def test_sgl_kernel_load_report_items_count_in_the_message() -> None:
+    lines = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>',
+             "ImportError: [sgl_kernel] CRITICAL: Could not load any common_ops library!",
+             "Error details from previous import attempts:",
+             "- ImportError: libnvrtc.so.12: cannot open shared object file",
+             "RuntimeError: not an item"]
+    assert flags(lines) == [False, False, True, False, True, False]
+
+
+def test_outside_a_traceback_no_line_counts_and_unknown_counts_until_a_record() -> None:
+    assert flags(["ValueError: x", "RuntimeError: y"]) == [False, False]
+    assert flags(["ValueError: x", "RuntimeError: y", f"{TS} ok", "ValueError: z"],
+                 tb.UNKNOWN) == [True, True, False, False]
+
+
+@pytest.mark.parametrize("split", [0, 10, 30, 60])
+def test_skip_finds_a_header_in_a_block_and_across_the_boundary(split: int) -> None:
+    text = ("\n".join(REAL[:4]) + "\n").encode()
+    head, block = text[:split], text[split:]
+    assert tb.skip(tb.MESSAGE, block, head) == tb.TRACEBACK
+
+
+def test_the_block_scan_passes_every_block_with_a_header() -> None:
+    """Outside a traceback `skip` is constant work: the prefilter must pass a header."""
+    matcher = Matcher(load_default_packs())
+    found = matcher.scan(("\n".join(REAL[:4]) + "\n").encode())
+    assert found.traceback and not matcher.scan(b"[2026-11-29 16:50:40] fine\n").traceback
+
+
+def test_skip_keeps_other_and_leaves_a_traceback_at_its_end() -> None:
+    assert tb.skip(tb.OTHER, b"[2026-11-29 16:50:40] a\nb\n") == tb.OTHER
+    assert tb.skip(tb.UNKNOWN, b"plain\n") == tb.UNKNOWN
+    assert tb.skip(tb.UNKNOWN, b"[2026-11-29 16:50:40] first record\n") == tb.OTHER
+    assert tb.skip(tb.MESSAGE, b"more of the message\n\n") == tb.OTHER
+    assert tb.skip(tb.TRACEBACK, b"  File x\nKeyError: 'a'\n") == tb.MESSAGE
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
+def test_every_fatal_exception_line_of_the_real_logs_still_counts(log: Path) -> None:
+    """Read as the reader does (from "unknown"), no real log loses a fatal exception line."""
+    matcher = Matcher(load_default_packs())
+    state, lost, kept = tb.UNKNOWN, [], 0
+    for raw in log.read_bytes().splitlines():
+        line = clean(raw, 65536)
+        state, ends = tb.step(state, line)
+        if is_exception_line(line) and any(r.fatal for r in matcher.candidates(line)):
+            if any(r.fatal for r in matcher.candidates(line, ends)):
+                kept += 1
+            else:
+                lost.append(line)
+    assert lost == []

@@ -1,0 +1,88 @@
+"""Which exception lines end a Python traceback: the only exception lines a rule may read.
+
+Python prints a failure as "Traceback (most recent call last):", indented frames, then the
+exception line at column 0 ("ValueError: ..."), then the rest of its message. SGLang's
+processes print theirs the same way, alone or inside a record ("[...] Scheduler hit an
+exception: Traceback (most recent call last):"). A column-0 line shaped like an exception
+anywhere else -- the second line of a multi-line warning, an exception message that
+quotes a request ("...stop string 'x\\nRuntimeError: CUDA out of memory'"), a print --
+is not SGLang's error output and must not trigger a rule (issue 12).
+
+The tracker reads a stream's lines in order; its state is one of:
+- "unknown": nothing read yet that tells (a log excerpt that starts mid-way, a server's
+  output before its first record): an exception-shaped line counts, as it always did;
+- "other": outside any traceback;
+- "traceback": after a header, in the frames (what other processes print meanwhile, a
+  record or a progress bar, may interleave: the first exception-shaped line ends it);
+- "message": after the exception line, in the rest of its message (sgl_kernel lists its
+  load attempts there as "- ImportError: ..." items, which count too).
+A blank line or an SGLang record ends a message. Nothing here can tell a traceback that
+a hostile multi-line message forges line by line from a real one; it stops what quoting
+or a plain continuation line can do.
+"""
+
+from __future__ import annotations
+
+import re
+
+from sglang_guard.core.logline import is_exception_line
+
+HEADER = "Traceback (most recent call last):"
+_HEADER_B = HEADER.encode()
+UNKNOWN, OTHER, TRACEBACK, MESSAGE = "unknown", "other", "traceback", "message"
+# SGLang's record prefix (0.5.23 srt/utils/common.py:2630), as core/logline.py reads it.
+_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] ")
+_RECORD_B = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
+_LINES_PER_SKIP = 4096  # a skipped block is read line by line at most this far
+
+
+def step(state: str, line: str) -> tuple[str, bool]:
+    """The state after `line`, and whether `line` may be read as an exception line."""
+    if line.rstrip().endswith(HEADER):
+        return TRACEBACK, False
+    blank = not line.strip()
+    if state == TRACEBACK:
+        if blank:
+            return OTHER, False
+        if is_exception_line(line):  # the first exception line after the frames
+            return MESSAGE, True
+        # A frame, or what another process printed meanwhile (a record, a progress bar).
+        return TRACEBACK, False
+    if state == MESSAGE:
+        if blank or _RECORD.match(line):
+            return OTHER, False
+        return MESSAGE, line.startswith("- ")
+    if state == UNKNOWN:
+        if blank or _RECORD.match(line):
+            return OTHER, False
+        return UNKNOWN, True
+    return OTHER, False
+
+
+def skip(state: str, block: bytes, head: bytes = b"") -> str:
+    """The state after `block`, lines nobody reads (`head`: the line it continues, if any).
+
+    The reader's prefilter passes every block that holds a header (core/rules.Matcher.scan),
+    so outside a traceback this is constant work; inside one, the block's lines are read
+    from its start until the traceback's message ends (at most _LINES_PER_SKIP of them).
+    """
+    if state == OTHER:
+        return OTHER
+    if state == UNKNOWN:
+        return OTHER if (_RECORD_B.search(block) or b"\n\n" in block) else UNKNOWN
+    joined = head[-len(_HEADER_B):] + block[: block.find(b"\n") + 1] if head else b""
+    at = block.rfind(_HEADER_B)
+    start = 0
+    if at >= 0:
+        state, start = TRACEBACK, block.find(b"\n", at) + 1
+        if start == 0:
+            return state
+    elif _HEADER_B in joined:
+        state, start = TRACEBACK, block.find(b"\n") + 1
+    for _ in range(_LINES_PER_SKIP):
+        end = block.find(b"\n", start)
+        if end < 0 or state == OTHER:
+            return state
+        state, _ = step(state, block[start:end].decode("utf-8", "replace"))
+        start = end + 1
+    return OTHER  # past that many lines, whatever it was has ended
