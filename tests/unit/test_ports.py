@@ -120,7 +120,12 @@ def test_sglangs_own_port_check_moves_the_nccl_port_and_names_the_others() -> No
 def test_the_port_check_banner_waits_for_the_line_that_names_the_port() -> None:
     banner = _fix(BANNER, {"--nccl-port": "30002"})
     assert banner is not None and banner.action == "give_up" and banner.rule.priority < 0
-    fix = burst_fix(MATCHER, [BANNER, NCCL_WAIT], _ctx({"--nccl-port": "30002"}))
+    # As SGLang 0.5.23 prints it (tests/data/sglang-logs/llama-dp-busy-nccl-port.log): the
+    # banner is a logger.exception record, its traceback ends with the line naming the port.
+    burst = [BANNER, "Traceback (most recent call last):",
+             '  File "sglang/srt/server_args.py", line 875, in init_new',
+             '    wait_port_available(nccl_port, "nccl_port")', NCCL_WAIT]
+    fix = burst_fix(MATCHER, burst, _ctx({"--nccl-port": "30002"}))
     assert fix is not None and fix.rule.id == "nccl-port-not-available"
 
 
