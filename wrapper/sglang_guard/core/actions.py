@@ -66,6 +66,15 @@ class Reload:
 
 
 @dataclass(frozen=True, slots=True)
+class PickPort:
+    """Find a TCP port that can be bound now (not one of `avoid`); answer with PortChosen."""
+
+    gen: int
+    flag: str
+    avoid: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class Exit:
     """Leave the loop with this status."""
 
@@ -73,4 +82,4 @@ class Exit:
     reason: str
 
 
-Action = Spawn | Stop | Probe | Schedule | Journal | Notify | Reload | Exit
+Action = Spawn | Stop | Probe | Schedule | Journal | Notify | Reload | PickPort | Exit

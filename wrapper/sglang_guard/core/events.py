@@ -143,6 +143,16 @@ class GroupExit:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class PortChosen:
+    """The shell's answer to PickPort: a port free now (None: none found, `detail` says why)."""
+
+    gen: int
+    flag: str
+    port: int | None
+    detail: str = ""
+
+
 Event = (ChildLine | ChildOutput | ChildStage | ChildExited | HealthResult | Tick
          | SignalReceived | FileChanged | CommandChanged | PeerLine | PeerDown | GroupRelaunch
-         | GroupReady | GroupExit)
+         | GroupReady | GroupExit | PortChosen)

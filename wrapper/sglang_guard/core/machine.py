@@ -16,6 +16,7 @@ from sglang_guard.core.actions import (
     Exit,
     Journal,
     Notify,
+    PickPort,
     Probe,
     Reload,
     Schedule,
@@ -39,6 +40,7 @@ from sglang_guard.core.events import (
     HealthResult,
     PeerDown,
     PeerLine,
+    PortChosen,
     SignalReceived,
     Tick,
 )
@@ -81,6 +83,15 @@ class Env:
 
 
 @dataclass(frozen=True, slots=True)
+class PortFix:
+    """A `free_port` fix waiting for its port: the shell picks one once the child is gone."""
+
+    fix: Fix
+    line: str
+    gen: int  # the launch whose line asked for it
+
+
+@dataclass(frozen=True, slots=True)
 class Pending:
     """What to do once the stopping child has exited."""
 
@@ -89,6 +100,7 @@ class Pending:
     code: int = EXIT_OK
     reason: str = ""
     failure: bool = False  # counts toward the crash-loop limit and the backoff
+    port_fix: PortFix | None = None  # restart only after the shell's PortChosen
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,7 +125,9 @@ class State:
 
     cl: CommandLine
     gen: int = 0
-    phase: str = "idle"  # idle | starting | ready | stopping | backoff | held | done
+    # idle | starting | ready | stopping | picking (a free port, from the shell) | backoff |
+    # held | done
+    phase: str = "idle"
     ready_line: bool = False
     last_ready: CommandLine | None = None
     fired: Mapping[str, int] = field(default_factory=dict)
@@ -172,6 +186,8 @@ def step(state: State, event: Event, env: Env, now: float, jitter: float
         return _on_tick(state, event, env)
     if isinstance(event, ChildExited):
         return _on_exit(state, event, env, now, jitter)
+    if isinstance(event, PortChosen):
+        return _on_port(state, event, env)
     return state, []
 
 
@@ -369,9 +385,10 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
                               "reason": diagnosis}),
                      Notify(status=f"environment failure: {diagnosis}"), *actions]
     if fix.action == "give_up":
-        pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {rule.reason}")
+        why = fix.diagnosis or rule.reason  # the reason with the line's port, address, name
+        pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {why}")
         new, actions = _stop(state, pending, f"rule {rule.id}")
-        return new, [Journal({"event": "give_up.planned", **base, "reason": rule.reason}), *actions]
+        return new, [Journal({"event": "give_up.planned", **base, "reason": why}), *actions]
     if fix.action == "undo_guard_edit" and state.before_fix is not None:
         before, flag = state.before_fix
         journal = Journal({"event": "remediated", **base, "flag": flag, "action": "undo",
@@ -386,26 +403,76 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
         pending = Pending("restart", cl=state.cl, failure=True, reason=rule.reason)
         new, actions = _stop(state, pending, f"rule {rule.id}")
         return new, [Journal({"event": "crash.detected", **base, "reason": rule.reason}), *actions]
-    dest = env.options.spec(fix.flag or "").dest
-    edit = Edit(dest, "drop") if fix.action == "drop_flag" else Edit(dest, "set", fix.new_value)
-    result = apply_edits(state.cl, env.options, [edit], env.derived_dir)
-    yaml_data = result.derived_yaml if result.derived_yaml is not None else state.cl.yaml_data
-    new_cl = parse_command_line(result.argv, env.options, yaml_data)
-    if new_cl.argv == state.cl.argv and result.derived_yaml is None:
+    if fix.free_port:  # the port is picked once the child is gone, just before the launch
+        pending = Pending("restart", cl=state.cl, reason=rule.reason,
+                          port_fix=PortFix(fix, line, state.gen))
+        return _stop(state, pending, f"rule {rule.id}")
+    new_cl, changed = _edited(state.cl, fix, fix.new_value, env)
+    if not changed:
         return _repeat(state, rule.id, line, env, [])
     rejected = _new_problems(state.cl, new_cl)
     if rejected:  # never launch what the release's parser rejects: the next rung, or give up
         return _refuse_fix(state, fix, line, env, rejected)
-    journal = Journal({
-        "event": "remediated", **base, "flag": fix.flag, "action": fix.action,
-        "old_value": fix.old_value, "new_value": fix.new_value, "reason": rule.reason,
-        "argv_before": redact_argv(state.cl.argv, env.options),
-        "argv_after": redact_argv(new_cl.argv, env.options),
-    })
+    journal = _remediated(state.cl, new_cl, fix, fix.new_value, base=base, env=env)
     status = Notify(status=f"remediated {fix.flag} ({rule.id}), restarting")
     pending = Pending("restart", cl=new_cl, reason=rule.reason)
     state = replace(state, before_fix=(state.cl, fix.flag or ""))
     new, actions = _stop(state, pending, f"rule {rule.id}")
+    return new, [journal, status, *actions]
+
+
+def _edited(cl: CommandLine, fix: Fix, value: str | None, env: Env) -> tuple[CommandLine, bool]:
+    """`cl` with the fix's flag dropped or set to `value`; and whether anything changed."""
+    dest = env.options.spec(fix.flag or "").dest
+    edit = Edit(dest, "drop") if fix.action == "drop_flag" else Edit(dest, "set", value)
+    result = apply_edits(cl, env.options, [edit], env.derived_dir)
+    yaml_data = result.derived_yaml if result.derived_yaml is not None else cl.yaml_data
+    new_cl = parse_command_line(result.argv, env.options, yaml_data)
+    return new_cl, new_cl.argv != cl.argv or result.derived_yaml is not None
+
+
+def _remediated(before: CommandLine, after: CommandLine, fix: Fix, value: str | None, *,
+                base: Mapping[str, object], env: Env) -> Journal:
+    return Journal({
+        "event": "remediated", **base, "flag": fix.flag, "action": fix.action,
+        "old_value": fix.old_value, "new_value": value, "reason": fix.rule.reason,
+        **({"free_port": True, "busy_port": fix.busy_port} if fix.free_port else {}),
+        "argv_before": redact_argv(before.argv, env.options),
+        "argv_after": redact_argv(after.argv, env.options),
+    })
+
+
+def _avoid(cl: CommandLine, fix: Fix) -> tuple[int, ...]:
+    """Ports a picked one must not be: the busy one, and the HTTP --port (SGLang's 30000)."""
+    http = cl.value("port") or "30000"
+    return tuple(sorted({p for p in (fix.busy_port, int(http) if http.isdigit() else None)
+                         if p is not None}))
+
+
+def _on_port(state: State, event: PortChosen, env: Env) -> tuple[State, list[Action]]:
+    """The shell found a free port: set the flag to it, journal the fix, launch."""
+    pending = state.pending
+    if state.phase != "picking" or pending is None or pending.port_fix is None \
+            or pending.cl is None or event.flag != pending.port_fix.fix.flag:
+        return state, []
+    planned = pending.port_fix
+    fix, rule = planned.fix, planned.fix.rule
+    base = {"trigger": "log", "rule": rule.id, "line": planned.line, "gen": planned.gen}
+    new_cl, _ = (pending.cl, False) if event.port is None else \
+        _edited(pending.cl, fix, str(event.port), env)
+    rejected = _new_problems(pending.cl, new_cl)
+    if event.port is None or rejected:
+        why = (f"{rule.id}: no free port for {fix.flag}: {event.detail or 'none found'}"
+               if event.port is None else
+               f"{rule.id}: SGLang {env.sglang_version or ''} would reject {fix.flag} "
+               f"{event.port} ({'; '.join(rejected)})").replace("SGLang  ", "SGLang ")
+        done = replace(state, phase="done", pending=None)
+        return done, [Journal({"event": "give_up.planned", **base, "reason": why}),
+                      Journal({"event": "give_up", "reason": why}), Exit(EXIT_GIVE_UP, why)]
+    journal = _remediated(pending.cl, new_cl, fix, str(event.port), base=base, env=env)
+    status = Notify(status=f"remediated {fix.flag} ({rule.id}): port {event.port}, restarting")
+    state = replace(state, before_fix=(pending.cl, fix.flag or ""))
+    new, actions = _spawn(state, env, new_cl, rule.reason)
     return new, [journal, status, *actions]
 
 
@@ -521,6 +588,11 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
     if pending is None and env.role == "worker":  # the leader counts it and says what next
         return replace(state, phase="held"), [
             *journal, Notify(status="SGLang exited; waiting for the group leader")]
+    if pending is not None and pending.port_fix is not None and pending.cl is not None:
+        # The old tree is gone: now the shell may look for a port (answer: PortChosen).
+        fix = pending.port_fix.fix
+        return replace(state, phase="picking"), [
+            *journal, PickPort(state.gen, fix.flag or "", _avoid(pending.cl, fix))]
     if pending is not None and not pending.failure and pending.cl is not None:
         new, actions = _spawn(state, env, pending.cl, pending.reason or "fixed")
         return new, [*journal, *actions]

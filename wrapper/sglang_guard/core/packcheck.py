@@ -19,7 +19,14 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglang_guard.core.options import OptionSpec, OptionTable
-from sglang_guard.core.rulepack import FLAG_ACTIONS, SCALE, Rule, RulePack
+from sglang_guard.core.rulepack import (
+    FLAG_ACTIONS,
+    FREE_PORT,
+    SCALE,
+    Rule,
+    RulePack,
+    free_port_group,
+)
 from sglang_guard.errors import ConfigError
 
 # Flags a rule may not drop, set or rewrite: what the server trusts, serves, binds, or
@@ -54,6 +61,11 @@ DENIED_FLAGS = frozenset({
     "--debug-tensor-dump-output-folder", "--debug-tensor-dump-input-file",
     "--export-metrics-to-file-dir", "--download-dir", "--enable-response-store",
 })
+# Listening flags that only this server's own processes use (no client, no other node points
+# at them): a rule may set one to a port the guard finds free (`new_value = "free_port"`),
+# never to a value of its own, never drop it. `--port` (clients), `--dist-init-addr` (every
+# node of a group dials it) and the other listeners stay denied, free_port or not.
+INTERNAL_PORTS = frozenset({"--nccl-port"})
 # A flag with one of these among its dashed words is a credential (`--max-total-tokens`
 # is not: its word is "tokens").
 SECRET_WORDS = frozenset({"key", "token", "secret", "password", "passwd", "credential",
@@ -126,9 +138,13 @@ class _RuleCheck:
                                     f"{value!r} is not a choice of {flag}")
         if rule.action not in FLAG_ACTIONS:
             return
+        moves_port = free_port_group(rule.new_value) is not None
         for flag, spec in found:
             name = spec.canonical if spec is not None else flag
-            if is_denied(name) and name not in allow:
+            if moves_port and name not in INTERNAL_PORTS:
+                raise self.fail("new_value", f"{FREE_PORT} moves only an internal port "
+                                f"({', '.join(sorted(INTERNAL_PORTS))}), not {name}")
+            if is_denied(name) and name not in allow and not moves_port:
                 raise self.fail("flags", f"{name} is on the deny list: no rule may "
                                 "change it unless the guard config names it in "
                                 "[rules] allow_set")
@@ -149,6 +165,8 @@ class _RuleCheck:
             return
         if new is None:
             raise self.fail("new_value", f"{spec.canonical} needs a value")
+        if free_port_group(new) is not None:
+            return  # an internal port (checked above): any free port fits it
         if new.startswith(SCALE):
             if spec.choices is not None:
                 raise self.fail("new_value", f"{spec.canonical} takes one of its choices, "

@@ -34,6 +34,18 @@ ABOVE = "above:"
 # A pattern's named group `current` (e.g. "under --mem-fraction-static=(?P<current>[0-9.]+)")
 # is the value SGLang ran with: the base of `scale:F` when the flag is not on the command line.
 CURRENT_GROUP = "current"
+# `free_port` (or `free_port:G`): set the flag to a port the shell finds free just before the
+# next launch (the core picks no port: it has no sockets). With `:G`, the pattern's named
+# group G is the busy port SGLang names, and a flag on the command line is changed only when
+# it holds that port (another flag's port in use is no business of this rule).
+FREE_PORT = "free_port"
+
+
+def free_port_group(new_value: str | None) -> str | None:
+    """For `free_port:G`, G; for a bare `free_port`, ""; for any other new_value, None."""
+    if new_value is None or new_value.split(":", 1)[0] != FREE_PORT:
+        return None
+    return new_value.partition(":")[2]
 
 RE2_OPTIONS = re2.Options()
 RE2_OPTIONS.log_errors = False  # a bad pattern becomes a ConfigError, not stderr noise
@@ -181,6 +193,9 @@ def _check_new_value(chk: Table, rule: Rule) -> None:
     if rule.new_value is not None and rule.new_value.startswith(ABOVE):
         _check_above(chk, rule)
         return
+    if free_port_group(rule.new_value) is not None:
+        _check_free_port(chk, rule)
+        return
     if rule.new_value is None or not rule.new_value.startswith(SCALE):
         if rule.default is not None or rule.minimum is not None or rule.maximum is not None:
             raise chk.fail(
@@ -208,6 +223,18 @@ def _check_above(chk: Table, rule: Rule) -> None:
         raise chk.fail("new_value", problem)
     if rule.default is not None or rule.minimum is not None:
         raise chk.fail("default", "above:G takes only a maximum (the cap)")
+
+
+def _check_free_port(chk: Table, rule: Rule) -> None:
+    """`free_port[:G]`: only set_flag, G a named group of the pattern, nothing to clamp."""
+    group = free_port_group(rule.new_value)
+    if rule.action != "set_flag":
+        raise chk.fail("new_value", f"{FREE_PORT} goes with action set_flag only")
+    if group and group not in compile_pattern(rule.pattern).groupindex:
+        problem = f"{rule.new_value!r}: the pattern has no group (?P<{group}>...)"
+        raise chk.fail("new_value", problem)
+    if rule.default is not None or rule.minimum is not None or rule.maximum is not None:
+        raise chk.fail("default", f"{FREE_PORT} takes no default/minimum/maximum")
 
 
 def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:

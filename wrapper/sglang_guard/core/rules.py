@@ -36,6 +36,7 @@ from sglang_guard.core.rulepack import (
     Rule,
     RulePack,
     compile_pattern,
+    free_port_group,
     load_default_pack,
     load_default_packs,
     number,
@@ -92,6 +93,10 @@ class Fix:
     old_value: str | None
     new_value: str | None
     diagnosis: str = ""  # the rule's reason with the line's named groups filled in (first_fix)
+    # `free_port`: the new value is a port the shell picks just before the next launch
+    # (new_value stays None here); `busy_port` is the one SGLang named, when the line says.
+    free_port: bool = False
+    busy_port: int | None = None
 
 
 # --- matching ------------------------------------------------------------------------------
@@ -351,6 +356,13 @@ def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | No
             continue
         if not present and rule.action == "rewrite_value":
             continue
+        group = free_port_group(rule.new_value)
+        if group is not None:
+            busy = _port(caps.get(group)) if group else None
+            if present and busy is not None and _port(old) != busy:
+                continue  # the busy port is not this flag's: nothing here to move
+            return Fix(rule, rule.action, flag, old if present else None, None,
+                       free_port=True, busy_port=busy)
         new = rule.new_value
         if new is not None and new.startswith(SCALE):
             new = _scaled(rule, old, caps.get(CURRENT_GROUP))
@@ -366,6 +378,14 @@ def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | No
             continue
         return Fix(rule, rule.action, flag, old if present else None, new)
     return None
+
+
+def _port(text: str | None) -> int | None:
+    """A TCP port number from a command line or a log line (None if it is not one)."""
+    if text is None or not text.strip().isdigit():
+        return None
+    value = int(text)
+    return value if 0 < value < 65536 else None
 
 
 def _release_has(options: OptionTable | None, flag: str) -> bool:

@@ -25,7 +25,8 @@ RELOAD_OUTCOMES = ("applied", "restart", "rejected")
 # The machine's Stop reasons that name the cause themselves (others come from records).
 _STOP_CAUSES = {"liveness": "liveness", "ready timeout": "ready_timeout",
                 "config changed": "reload"}
-_MACHINE_PHASES = {"idle": "preflight", "done": "stopped"}
+# "picking": the old tree is gone and the shell looks for a free port, just before a launch.
+_MACHINE_PHASES = {"idle": "preflight", "done": "stopped", "picking": "starting"}
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,7 +114,8 @@ def fix_as_dict(fix: Fix | None) -> dict[str, Any] | None:
     if fix is None:
         return None
     return {"rule": fix.rule.id, "action": fix.action, "flag": fix.flag,
-            "old_value": fix.old_value, "new_value": fix.new_value, "reason": fix.rule.reason}
+            "old_value": fix.old_value, "new_value": fix.new_value, "reason": fix.rule.reason,
+            **({"free_port": True, "busy_port": fix.busy_port} if fix.free_port else {})}
 
 
 def render_fix(fix: Fix | None) -> str:
@@ -125,6 +126,8 @@ def render_fix(fix: Fix | None) -> str:
         return f"fix: {fix.action} ({fix.rule.id}): {fix.rule.reason}"
     if fix.action == "drop_flag":
         return f"fix: drop {fix.flag} {fix.old_value or ''} ({fix.rule.id})".replace("  ", " ")
+    if fix.free_port:
+        return f"fix: set {fix.flag} to a free port, picked at the next launch ({fix.rule.id})"
     value = "" if fix.new_value is None else f" {fix.new_value}"
     return f"fix: set {fix.flag}{value} ({fix.rule.id})"
 

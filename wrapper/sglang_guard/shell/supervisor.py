@@ -27,6 +27,7 @@ from sglang_guard.core.actions import (
     Exit,
     Journal,
     Notify,
+    PickPort,
     Probe,
     Reload,
     Schedule,
@@ -40,6 +41,7 @@ from sglang_guard.core.events import (
     CommandChanged,
     Event,
     HealthResult,
+    PortChosen,
     SignalReceived,
     Stream,
     Tick,
@@ -214,6 +216,8 @@ class Supervisor:
             self._notify(action)
         elif isinstance(action, Reload):
             self._reload(action)
+        elif isinstance(action, PickPort):
+            self._pick_port(action)
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -269,6 +273,17 @@ class Supervisor:
                                  on_chunk=self._chunk_watcher(action.gen))
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
+
+    def _pick_port(self, action: PickPort) -> None:
+        """A port for a `free_port` fix, free now; the machine sets the flag and launches."""
+        try:
+            port: int | None = ports.pick_free_port(action.avoid)
+            detail = ""
+        except OSError as exc:
+            port, detail = None, str(exc)
+        self.log.info("port.chosen", gen=action.gen, flag=action.flag, port=port,
+                      avoid=list(action.avoid), **({"detail": detail} if detail else {}))
+        self.events.put(PortChosen(action.gen, action.flag, port, detail))
 
     def _stop(self, action: Stop) -> None:
         child = self.child
