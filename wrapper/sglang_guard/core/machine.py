@@ -329,16 +329,20 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
         if not env.health.enabled:  # no HTTP probing at all: the line alone says ready
             return _ready(state, env)
         actions.append(Probe(state.gen, "/health"))
-    # Advice rules change nothing: journaled, never a remediation, a restart or a fire.
     ends = event.ends_traceback
+    if not env.matcher.candidates(event.text, ends):
+        # No rule reads this line (most lines of a chunk the prefilter passed): nothing to
+        # decide, and no context to build for it.
+        return state, actions
+    ctx = _ctx(state, env)
+    # Advice rules change nothing: journaled, never a remediation, a restart or a fire.
     actions += [Journal(advice_record(r, event.text, state.gen))
-                for r in advice_for(env.matcher, event.text, _ctx(state, env), ends)]
-    fix, exhausted = first_fix(env.matcher, event.text, _ctx(state, env), state.fired, ends)
+                for r in advice_for(env.matcher, event.text, ctx, ends)]
+    fix, exhausted = first_fix(env.matcher, event.text, ctx, state.fired, ends)
     if fix is None:
         # A rule that already fired and now finds nothing left to change (its flag is gone
         # or already has the new value) fired again after its fix: the fix did not hold.
-        again = exhausted or _refired(env.matcher, event.text, state.fired,
-                                      _ctx(state, env).phase, ends)
+        again = exhausted or _refired(env.matcher, event.text, state.fired, ctx.phase, ends)
         if again and not isinstance(state.tentative, Refired):
             # Not at once: a later line of the same burst may still name a fix (torch's OOM
             # line comes before SGLang's "Capture cuda graph failed", say). A pending
