@@ -167,3 +167,18 @@ def test_a_pattern_hyperscan_cannot_take_stays_on_re2_alone() -> None:
     assert sorted(scan.hits(b"xz\n")) == [0]
     assert sorted(scan.hits(b"a token\nother\n")) == [1, 2]
     assert scan.hits(b"nothing here\n") == []
+
+
+def test_clean_block_strips_escapes_as_the_pattern_and_drop_list_do() -> None:
+    """The ESC-to-ESC walk gives what `_ANSI.sub` followed by dropping ESC and NUL gives."""
+    import random  # noqa: PLC0415
+
+    from sglang_guard.core.logline import _ANSI, _DROP  # noqa: PLC0415
+
+    rng = random.Random(12)  # noqa: S311 - test data, not secrets
+    pieces = [b"\x1b[31m", b"\x1b[0m", b"\x1b]0;title\x07", b"\x1b]8;;x\x1b\\", b"\x1b",
+              b"\x1b(", b"\x1b(B", b"\x00", b"text ", b"\n", b"[", b"]", b"\x1b[", b"\x07"]
+    for _ in range(3000):
+        raw = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        want = _ANSI.sub(b"", raw).translate(None, _DROP)
+        assert clean_block(raw) == want, raw

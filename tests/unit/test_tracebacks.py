@@ -97,3 +97,17 @@ def test_every_fatal_exception_line_of_the_real_logs_still_counts(log: Path) -> 
             else:
                 lost.append(line)
     assert lost == []
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
+def test_skip_agrees_with_reading_every_line(log: Path) -> None:
+    """`skip` jumps with regexes; it must land where `step`, line by line, lands."""
+    data = log.read_bytes()
+    cuts = [len(data) * k // 7 for k in range(1, 7)]
+    for start in (tb.OTHER, tb.UNKNOWN, tb.TRACEBACK, tb.MESSAGE):
+        for cut in cuts:
+            block = data[: data.rfind(b"\n", 0, cut) + 1]
+            state = start
+            for raw in block.splitlines():
+                state, _ = tb.step(state, raw.decode("utf-8", "replace"))
+            assert tb.skip(start, block) == state, (start, cut)

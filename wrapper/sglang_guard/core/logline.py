@@ -45,8 +45,8 @@ def clean(raw: bytes, cap: int) -> str:
     if len(raw) > cap:
         raw = _head(raw, cap)
     if b"\x1b" in raw:
-        raw = _ANSI.sub(b"", raw)
-    if b"\x00" in raw or b"\x1b" in raw:
+        raw = _strip_escapes(raw)
+    if b"\x00" in raw:
         raw = raw.translate(None, _DROP)
     return raw.decode("utf-8", "replace").rstrip("\r\n")
 
@@ -58,10 +58,25 @@ def clean_block(raw: bytes) -> bytes:
     fails to match invalid sequences), which saves a decode and re-encode per chunk.
     """
     if b"\x1b" in raw:
-        raw = _ANSI.sub(b"", raw)
-    if b"\x00" in raw or b"\x1b" in raw:
+        raw = _strip_escapes(raw)
+    if b"\x00" in raw:
         raw = raw.translate(None, _DROP)
     return raw
+
+
+def _strip_escapes(raw: bytes) -> bytes:
+    """`_ANSI.sub` then dropping lone ESCs, jumping from ESC to ESC (memchr) instead of
+    trying the pattern at every byte: a colour code per line no longer costs a regex pass
+    over the whole 1 MiB chunk."""
+    pieces, start = [], 0
+    at = raw.find(b"\x1b")
+    while at >= 0:
+        pieces.append(raw[start:at])
+        found = _ANSI.match(raw, at)
+        start = found.end() if found else at + 1  # a lone ESC goes too, as _DROP has it
+        at = raw.find(b"\x1b", start)
+    pieces.append(raw[start:])
+    return b"".join(pieces)
 
 
 # --- SGLang's own error output -----------------------------------------------------------
@@ -82,8 +97,8 @@ _ERROR_LEVEL = re.compile(r"(?:ERROR|CRITICAL):\s{1,16}")
 # "torch.OutOfMemoryError: ...", "Exception: ..." (traceback.format_exception_only); also
 # the "- ImportError: ..." items of sgl_kernel's load report (sgl_kernel/load_utils.py).
 # A class name has a lower-case letter: "WARNING:" and "INFO:" are level names, not classes.
-_EXCEPTION = re.compile(
-    r"(?:- )?(?:[A-Za-z_]\w{0,63}\.){0,8}[A-Z][A-Z0-9_]{0,63}[a-z]\w{0,127}(?::|$)")
+EXCEPTION_PATTERN = r"(?:- )?(?:[A-Za-z_]\w{0,63}\.){0,8}[A-Z][A-Z0-9_]{0,63}[a-z]\w{0,127}(?::|$)"
+_EXCEPTION = re.compile(EXCEPTION_PATTERN)
 # argparse's error line: "sglang serve: error: ...", "launch_server.py: error: ..."
 # (Python 3.11 argparse.py, ArgumentParser.error).
 _ARGPARSE = re.compile(r"[^\s:]{1,128}(?: [^\s:]{1,128})?: (?=error: )")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from sglang_guard.core.logline import is_exception_line
+from sglang_guard.core.logline import EXCEPTION_PATTERN, is_exception_line
 
 HEADER = "Traceback (most recent call last):"
 _HEADER_B = HEADER.encode()
@@ -33,7 +33,11 @@ UNKNOWN, OTHER, TRACEBACK, MESSAGE = "unknown", "other", "traceback", "message"
 # SGLang's record prefix (0.5.23 srt/utils/common.py:2630), as core/logline.py reads it.
 _RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] ")
 _RECORD_B = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
-_LINES_PER_SKIP = 4096  # a skipped block is read line by line at most this far
+_BLANK_B = re.compile(rb"(?m)^[ \t\r\f\v]*\n")
+# The lines `step` leaves the frames at (a blank line, an exception line) and a message at
+# (a blank line, a record), for `skip` to jump to.
+_ENDS_FRAMES_B = re.compile(rb"(?m)^(?:[ \t\r\f\v]*$|" + EXCEPTION_PATTERN.encode() + rb")")
+_ENDS_MESSAGE_B = re.compile(rb"(?m)^(?:[ \t\r\f\v]*$|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
 
 
 def step(state: str, line: str) -> tuple[str, bool]:
@@ -64,8 +68,9 @@ def skip(state: str, block: bytes, head: bytes = b"", *, header: bool = True) ->
 
     `header=False`: the caller knows the block holds no header (the reader's prefilter,
     core/rules.Matcher.scan, finds them): outside a traceback this is then constant work.
-    Inside one, the block's lines are read from the last header (or its start) until the
-    traceback's message ends, at most _LINES_PER_SKIP of them.
+    Inside one, the lines that can move the state (a blank line, an exception line, a
+    record) are found by one regex search each, from the last header on: as `step` would
+    read the lines one by one, at C speed.
     """
     at = block.rfind(_HEADER_B) if header else -1
     joined = head[-len(_HEADER_B):] + block[: block.find(b"\n") + 1] if header and head else b""
@@ -79,11 +84,12 @@ def skip(state: str, block: bytes, head: bytes = b"", *, header: bool = True) ->
     elif state == OTHER:
         return OTHER
     elif state == UNKNOWN:
-        return OTHER if (_RECORD_B.search(block) or b"\n\n" in block) else UNKNOWN
-    for _ in range(_LINES_PER_SKIP):
-        end = block.find(b"\n", start)
-        if end < 0 or state == OTHER:
+        return OTHER if (_RECORD_B.search(block) or _BLANK_B.search(block)) else UNKNOWN
+    while state in (TRACEBACK, MESSAGE):
+        found = (_ENDS_FRAMES_B if state == TRACEBACK else _ENDS_MESSAGE_B).search(block, start)
+        if found is None or block.find(b"\n", found.start()) < 0:  # not before a full line
             return state
-        state, _ = step(state, block[start:end].decode("utf-8", "replace"))
-        start = end + 1
-    return OTHER  # past that many lines, whatever it was has ended
+        line = block[found.start(): block.find(b"\n", found.start())]
+        state, _ = step(state, line.decode("utf-8", "replace"))
+        start = found.start() + len(line) + 1
+    return state
