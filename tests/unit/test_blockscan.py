@@ -182,3 +182,19 @@ def test_clean_block_strips_escapes_as_the_pattern_and_drop_list_do() -> None:
         raw = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         want = _ANSI.sub(b"", raw).translate(None, _DROP)
         assert clean_block(raw) == want, raw
+
+
+def test_past_the_start_only_running_phase_rules_are_scanned_for() -> None:
+    from sglang_guard.core.rules import in_phase  # noqa: PLC0415
+
+    running = [r for r in MATCHER.rules if in_phase(r, "running")]
+    assert running and len(running) < len(MATCHER.rules) // 4
+    crash = b"[2026-11-29 16:50:40 TP0] Scheduler hit an exception: boom\n"
+    start_only = b"ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90.\n"
+    assert MATCHER.scan(crash).rule and MATCHER.scan_running(crash).rule
+    assert MATCHER.scan(start_only).rule and not MATCHER.scan_running(start_only).rule
+    assert MATCHER.scan_running(b"Traceback (most recent call last):\n").traceback
+    for line in _stored_lines():  # still a superset of what a running-phase rule reads
+        text = clean(line, 65536)
+        if any(in_phase(r, "running") and r.fatal for r in MATCHER.candidates(text)):
+            assert MATCHER.scan_running(text.encode() + b"\n").rule, line[:200]

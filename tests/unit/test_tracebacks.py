@@ -111,3 +111,27 @@ def test_skip_agrees_with_reading_every_line(log: Path) -> None:
             for raw in block.splitlines():
                 state, _ = tb.step(state, raw.decode("utf-8", "replace"))
             assert tb.skip(start, block) == state, (start, cut)
+
+
+@pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
+def test_skip_reads_the_line_a_block_finishes_whole(log: Path) -> None:
+    """A block that starts mid-line (a read cut a line): its first piece ends that line."""
+    data = log.read_bytes()
+    for start in (tb.OTHER, tb.UNKNOWN, tb.TRACEBACK, tb.MESSAGE):
+        for k in range(1, 9):
+            cut = len(data) * k // 9
+            line_start = data.rfind(b"\n", 0, cut) + 1
+            end = data.rfind(b"\n") + 1
+            state = start
+            for raw in data[:end].splitlines():
+                state, _ = tb.step(state, raw.decode("utf-8", "replace"))
+            before = start
+            for raw in data[:line_start].splitlines():
+                before, _ = tb.step(before, raw.decode("utf-8", "replace"))
+            assert tb.skip(before, data[cut:end], data[line_start:cut]) == state, (start, k)
+
+
+def test_a_lone_newline_ends_the_line_it_finishes_not_a_blank_line() -> None:
+    """A 10 MB line's newline written on its own: not a blank line (the fault suite's flood)."""
+    assert tb.skip(tb.UNKNOWN, b"\n", b"aaaa") == tb.UNKNOWN
+    assert tb.skip(tb.MESSAGE, b"\n", b"more message") == tb.MESSAGE

@@ -174,6 +174,12 @@ class Matcher:
                                  *(marker for _, _, marker in MARKERS), re2.escape(READY_LINE),
                                  re2.escape(tracebacks.HEADER)],
                                 accelerate=accelerate)
+        # Once SGLang is ready only running-phase rules act: a chatty server's log is
+        # scanned for those (and traceback headers) alone, a handful of patterns.
+        self._running_ids = tuple(i for i, r in enumerate(self.rules) if in_phase(r, "running"))
+        self._block_running = BlockScan(
+            [*(self._block.patterns[i] for i in self._running_ids),
+             re2.escape(tracebacks.HEADER)], accelerate=accelerate)
         # Non-fatal rules (notes `explain` shows; they never act) read every line as it is.
         self._notes = re2.Set.SearchSet(RE2_OPTIONS)
         self._note_ids = tuple(i for i, r in enumerate(self.rules) if not r.fatal)
@@ -188,6 +194,7 @@ class Matcher:
     def prepare_scan(self) -> tuple[str, str | None]:
         """Compile the block prefilter now, not on the first chunk: its engine, and why not
         all on Hyperscan (None when all are)."""
+        self._block_running.compile()
         return self._block.engine, self._block.why
 
     def might_match(self, block: bytes) -> bool:
@@ -208,6 +215,16 @@ class Matcher:
         return BlockHits(rule=any(i < n for i in hits),
                          stage=last_stage(block, markers) if markers else None,
                          ready=ready in hits, traceback=header in hits)
+
+    def scan_running(self, block: bytes) -> BlockHits:
+        """`scan` for a server past its start: might a line match a running-phase rule, and
+        does the block hold a traceback's header (no stages, no ready line then)."""
+        hits = self._block_running.hits(block)
+        if not hits:
+            return _NO_HITS
+        header = self._block_running.size - 1
+        return BlockHits(rule=any(i < header for i in hits), stage=None, ready=False,
+                         traceback=header in hits)
 
     def candidates(self, line: str, ends_traceback: bool | None = None) -> tuple[Rule, ...]:
         """The rules whose pattern matches `line` (fatal ones: its error text), in pack order.

@@ -64,7 +64,8 @@ def step(state: str, line: str) -> tuple[str, bool]:
 
 
 def skip(state: str, block: bytes, head: bytes = b"", *, header: bool = True) -> str:
-    """The state after `block`, lines nobody reads (`head`: the line it continues, if any).
+    """The state after `block`'s complete lines, which nobody reads (`head`: the start of the
+    line the block continues, if any; an unfinished last line is left for the next block).
 
     `header=False`: the caller knows the block holds no header (the reader's prefilter,
     core/rules.Matcher.scan, finds them): outside a traceback this is then constant work.
@@ -72,19 +73,23 @@ def skip(state: str, block: bytes, head: bytes = b"", *, header: bool = True) ->
     record) are found by one regex search each, from the last header on: as `step` would
     read the lines one by one, at C speed.
     """
-    at = block.rfind(_HEADER_B) if header else -1
-    joined = head[-len(_HEADER_B):] + block[: block.find(b"\n") + 1] if header and head else b""
     start = 0
+    if head:  # the line the block finishes is read whole, as `step` reads lines
+        first = block.find(b"\n")
+        if first < 0:
+            return state
+        state, _ = step(state, (head + block[:first]).decode("utf-8", "replace"))
+        start = first + 1
+    at = block.rfind(_HEADER_B, start) if header else -1
     if at >= 0:
         state, start = TRACEBACK, block.find(b"\n", at) + 1
         if start == 0:
             return state
-    elif _HEADER_B in joined:
-        state, start = TRACEBACK, block.find(b"\n") + 1
     elif state == OTHER:
         return OTHER
     elif state == UNKNOWN:
-        return OTHER if (_RECORD_B.search(block) or _BLANK_B.search(block)) else UNKNOWN
+        return OTHER if (_RECORD_B.search(block, start) or _BLANK_B.search(block, start)) \
+            else UNKNOWN
     while state in (TRACEBACK, MESSAGE):
         found = (_ENDS_FRAMES_B if state == TRACEBACK else _ENDS_MESSAGE_B).search(block, start)
         if found is None or block.find(b"\n", found.start()) < 0:  # not before a full line

@@ -231,8 +231,12 @@ class Supervisor:
 
         def interesting(block: bytes) -> int:
             text = clean_block(block)
-            starting = self.state.phase == "starting"
-            found = self.rt.env.matcher.scan(text, stages=starting)
+            starting = self.state.phase == "starting"  # a stale read is harmless: see below
+            # Past the start only running-phase rules act (core/machine.py reads lines only
+            # while starting or ready); a chunk read just before the switch gets the full
+            # scan, a superset.
+            matcher = self.rt.env.matcher
+            found = matcher.scan(text, stages=True) if starting else matcher.scan_running(text)
             if found.stage is not None and starting:
                 self.events.put(ChildStage(gen, found.stage))
             if found.rule or found.ready:
