@@ -55,7 +55,11 @@ def corpus(lines: int, path: Path) -> int:
     matcher = Matcher([load_default_pack()])
     pool = [ln for ln in pool if not matcher.candidates(clean(ln, 65536))] or [b"[x] healthy\n"]
     with path.open("wb") as out:
-        for i in range(lines):
+        # SGLang's ready line first: a server's log volume comes once it serves. Without it
+        # the guard would spend the whole run in its start phase, journaling a stage change
+        # for each cycle of the stored starts' markers (as bench/compare/pass_through.py).
+        out.write(b"[2026-11-29 16:50:52] The server is fired up and ready to roll!\n")
+        for i in range(lines - 1):
             out.write(pool[i % len(pool)])
     return path.stat().st_size
 
