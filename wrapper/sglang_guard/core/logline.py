@@ -108,6 +108,11 @@ _ARGPARSE = re.compile(r"[^\s:]{1,128}(?: [^\s:]{1,128})?: (?=error: )")
 _COLLECTOR = re.compile(r"[\w.-]{1,64}\s{1,16}\| ")
 
 
+def is_record(line: str) -> bool:
+    """Whether `line` starts as one of SGLang's own log records ("[2026-... TP0] ...")."""
+    return _RECORD.match(line) is not None
+
+
 def is_exception_line(line: str) -> bool:
     """Whether `line` is shaped like a traceback's last line ("ValueError: ...")."""
     return _EXCEPTION.match(line) is not None

@@ -197,21 +197,14 @@ class Matcher:
         self._block_running.compile()
         return self._block.engine, self._block.why
 
-    def might_match(self, block: bytes) -> bool:
-        """False only when no line of `block` (UTF-8 lines joined by newlines) can match."""
-        return self.scan(block).rule
-
-    def scan(self, block: bytes, *, stages: bool = True) -> BlockHits:
-        """One pass over `block`: might a line match a rule, the last stage it starts, ready.
-
-        `stages=False` (the server is past its start) leaves `stage` None: placing the last
-        marker costs a search per marker found.
-        """
+    def scan(self, block: bytes) -> BlockHits:
+        """One pass over `block` while SGLang starts: might a line match a rule, the last
+        stage it starts, the ready line (past the start: `scan_running`)."""
         hits = self._block.hits(block)
         if not hits:
             return _NO_HITS
         n, ready, header = len(self.rules), self._block.size - 2, self._block.size - 1
-        markers = [i - n for i in hits if n <= i < ready] if stages else []
+        markers = [i - n for i in hits if n <= i < ready]
         return BlockHits(rule=any(i < n for i in hits),
                          stage=last_stage(block, markers) if markers else None,
                          ready=ready in hits, traceback=header in hits)

@@ -7,8 +7,9 @@ The stage names what SGLang was doing when it went quiet.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from sglang_guard.core.logline import is_record
 
 # The stages, in the order SGLang 0.5.23 goes through them. "init" is everything outside a
 # named stage: imports, argument resolution, process start-up, the steps between stages.
@@ -36,8 +37,6 @@ _LITERALS = tuple(literal.encode() for _, literal, _ in MARKERS)
 # The line SGLang prints once its warm-up request passed (0.5.23 srt/entrypoints/
 # http_server.py:2600); the block scan finds it in the same pass as the markers.
 READY_LINE = "The server is fired up and ready to roll!"
-# SGLang's record prefix (srt/utils/common.py:2630): its own lines, not a library's.
-_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] ")
 
 
 def last_stage(block: bytes, found: list[int]) -> str:
@@ -47,7 +46,7 @@ def last_stage(block: bytes, found: list[int]) -> str:
 
 def is_progress(tail: str, bar: bool) -> bool:
     """Whether output counts as progress: a redrawn progress bar or a record of SGLang's."""
-    return bar or _RECORD.match(tail) is not None
+    return bar or is_record(tail)  # SGLang's own lines, not a library's
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,19 +25,21 @@ from __future__ import annotations
 
 import re
 
-from sglang_guard.core.logline import EXCEPTION_PATTERN, is_exception_line
+from sglang_guard.core.logline import EXCEPTION_PATTERN, is_exception_line, is_record
 
 HEADER = "Traceback (most recent call last):"
 _HEADER_B = HEADER.encode()
 UNKNOWN, OTHER, TRACEBACK, MESSAGE = "unknown", "other", "traceback", "message"
-# SGLang's record prefix (0.5.23 srt/utils/common.py:2630), as core/logline.py reads it.
-_RECORD = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] ")
-_RECORD_B = re.compile(rb"(?m)^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
-_BLANK_B = re.compile(rb"(?m)^[ \t\r\f\v]*\n")
+# The byte forms `skip` searches with: a blank line, a record's start (as logline.is_record
+# reads it: srt/utils/common.py:2630), an exception line (as logline.is_exception_line).
+_BLANK = rb"[ \t\r\f\v]*"
+_RECORD_START = rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
+_RECORD_B = re.compile(rb"(?m)^" + _RECORD_START)
+_BLANK_B = re.compile(rb"(?m)^" + _BLANK + rb"\n")
 # The lines `step` leaves the frames at (a blank line, an exception line) and a message at
 # (a blank line, a record), for `skip` to jump to.
-_ENDS_FRAMES_B = re.compile(rb"(?m)^(?:[ \t\r\f\v]*$|" + EXCEPTION_PATTERN.encode() + rb")")
-_ENDS_MESSAGE_B = re.compile(rb"(?m)^(?:[ \t\r\f\v]*$|\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d)")
+_ENDS_FRAMES_B = re.compile(rb"(?m)^(?:" + _BLANK + rb"$|" + EXCEPTION_PATTERN.encode() + rb")")
+_ENDS_MESSAGE_B = re.compile(rb"(?m)^(?:" + _BLANK + rb"$|" + _RECORD_START + rb")")
 
 
 def step(state: str, line: str) -> tuple[str, bool]:
@@ -53,11 +55,11 @@ def step(state: str, line: str) -> tuple[str, bool]:
         # A frame, or what another process printed meanwhile (a record, a progress bar).
         return TRACEBACK, False
     if state == MESSAGE:
-        if blank or _RECORD.match(line):
+        if blank or is_record(line):
             return OTHER, False
         return MESSAGE, line.startswith("- ")
     if state == UNKNOWN:
-        if blank or _RECORD.match(line):
+        if blank or is_record(line):
             return OTHER, False
         return UNKNOWN, True
     return OTHER, False
@@ -92,9 +94,9 @@ def skip(state: str, block: bytes, head: bytes = b"", *, header: bool = True) ->
             else UNKNOWN
     while state in (TRACEBACK, MESSAGE):
         found = (_ENDS_FRAMES_B if state == TRACEBACK else _ENDS_MESSAGE_B).search(block, start)
-        if found is None or block.find(b"\n", found.start()) < 0:  # not before a full line
+        end = -1 if found is None else block.find(b"\n", found.start())
+        if found is None or end < 0:  # not before a full line
             return state
-        line = block[found.start(): block.find(b"\n", found.start())]
-        state, _ = step(state, line.decode("utf-8", "replace"))
-        start = found.start() + len(line) + 1
+        state, _ = step(state, block[found.start():end].decode("utf-8", "replace"))
+        start = end + 1
     return state

@@ -236,7 +236,7 @@ class Supervisor:
             # while starting or ready); a chunk read just before the switch gets the full
             # scan, a superset.
             matcher = self.rt.env.matcher
-            found = matcher.scan(text, stages=True) if starting else matcher.scan_running(text)
+            found = matcher.scan(text) if starting else matcher.scan_running(text)
             if found.stage is not None and starting:
                 self.events.put(ChildStage(gen, found.stage))
             if found.rule or found.ready:
