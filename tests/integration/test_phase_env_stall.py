@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -39,6 +40,31 @@ def _default_packs(rt: Runtime) -> None:
     rt.env = replace(rt.env, matcher=Matcher(load_default_packs()))
 
 
+def _left_alone(tmp_path: Path, script: list[list[object]], *waits: Callable[[], bool]) -> None:
+    """Run `script` with the shipped packs until ready (and `waits`), then 2.5 s more, past
+    the settle window: one launch, exit 0, and no remediation, crash, give-up or backoff."""
+    launcher = Launcher(tmp_path, [script])
+    state = tmp_path / "state"
+    with HealthServer() as server:
+        rt = make_runtime(tmp_path, launcher)
+        _default_packs(rt)
+
+        def during(sup: Supervisor) -> None:
+            wait_for(lambda: count(state, "ready") >= 1, 60, "ready")
+            for done in waits:
+                wait_for(done, 60, "the fake child's last line")
+            time.sleep(2.5)  # longer than the settle window: a late decision would show
+            sup.events.put(SignalReceived(signal.SIGTERM))
+
+        code = supervise(rt, base_argv(server.port, *ARGV_FLAGS), during)
+    assert code == EXIT_OK
+    events = [r["event"] for r in journal_events(state)]
+    assert events.count("child.start") == 1, events
+    for bad in ("remediated", "crash.detected", "give_up.planned", "give_up", "restored",
+                "backoff"):
+        assert bad not in events, (bad, events)
+
+
 def test_ready_server_logging_requests_that_quote_every_pattern_is_left_alone(
         tmp_path: Path) -> None:
     lines = [line for text in FATAL_TEXTS for line in quoting(text)]
@@ -47,26 +73,8 @@ def test_ready_server_logging_requests_that_quote_every_pattern_is_left_alone(
               *[["print", "stderr", line] for line in lines],
               ["print", "stdout", f"{TS} all requests logged"], ["pidfile", str(done)],
               ["wait_term"], ["exit", 0]]
-    launcher = Launcher(tmp_path, [script])
-    with HealthServer() as server:
-        rt = make_runtime(tmp_path, launcher)
-        _default_packs(rt)
-        state = tmp_path / "state"
-
-        def during(sup: Supervisor) -> None:
-            wait_for(lambda: count(state, "ready") >= 1, 60, "ready")
-            wait_for(done.exists, 60, "every request logged")
-            time.sleep(2.5)  # longer than the settle window: a late decision would show
-            sup.events.put(SignalReceived(signal.SIGTERM))
-
-        code = supervise(rt, base_argv(server.port, *ARGV_FLAGS), during)
+    _left_alone(tmp_path, script, done.exists)
     assert done.exists(), "the fake child did not log every request"
-    assert code == EXIT_OK
-    events = [r["event"] for r in journal_events(state)]
-    assert events.count("child.start") == 1, events
-    for bad in ("remediated", "crash.detected", "give_up.planned", "give_up", "restored",
-                "backoff"):
-        assert bad not in events, (bad, events)
     assert len(lines) > 500
 
 
@@ -83,23 +91,7 @@ def test_an_exception_message_that_quotes_fatal_lines_on_its_own_lines_is_left_a
               ["print", "stderr", ""],
               ["print", "stdout", f"{TS} {machine.READY_LINE}"], ["pidfile", str(done)],
               ["wait_term"], ["exit", 0]]
-    launcher = Launcher(tmp_path, [script])
-    with HealthServer() as server:
-        rt = make_runtime(tmp_path, launcher)
-        _default_packs(rt)
-        state = tmp_path / "state"
-
-        def during(sup: Supervisor) -> None:
-            wait_for(lambda: count(state, "ready") >= 1, 60, "ready")
-            time.sleep(2.5)  # longer than the settle window: a late decision would show
-            sup.events.put(SignalReceived(signal.SIGTERM))
-
-        code = supervise(rt, base_argv(server.port, *ARGV_FLAGS), during)
-    assert code == EXIT_OK
-    events = [r["event"] for r in journal_events(state)]
-    assert events.count("child.start") == 1, events
-    for bad in ("remediated", "crash.detected", "give_up.planned", "give_up", "backoff"):
-        assert bad not in events, (bad, events)
+    _left_alone(tmp_path, script, done.exists)
     assert len(quoted) > 50
 
 
