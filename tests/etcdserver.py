@@ -1,0 +1,94 @@
+"""A real etcd server for tests: Debian's `etcd-server` binary on free loopback ports.
+
+`EtcdServer(tmp).start()` runs `etcd` with its data in `tmp`, waits (bounded, on its
+/health answer) until it serves, and `stop()` ends it by its pid. `enable_auth` adds a
+root user with a password through the v3 JSON gateway and turns authentication on.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from procutil import free_port
+
+ETCD = shutil.which("etcd")
+
+
+class EtcdServer:
+    """One etcd member on 127.0.0.1."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.url = f"http://127.0.0.1:{self.client_port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log = tmp / "etcd.log"
+
+    def start(self, timeout: float = 30.0) -> EtcdServer:
+        """Run etcd and wait until it answers /health."""
+        assert ETCD, "etcd is not installed (apt-get install etcd-server)"
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        cmd = [ETCD, "--name", "t", "--data-dir", str(self.tmp / "etcd-data"),
+               "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+               "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+               "--initial-cluster", f"t={peer}", "--log-level", "error"]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        deadline = time.monotonic() + timeout
+        pause = threading.Event()
+        while not self._healthy():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"etcd did not start: {self.log.read_text()[-2000:]}")
+            pause.wait(0.05)
+        return self
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=1) as resp:
+                return bool(json.loads(resp.read()).get("health") in ("true", True))
+        except (OSError, ValueError):
+            return False
+
+    def stop(self) -> None:
+        """SIGKILL etcd (a crashed store, as the guard sees it) and reap it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+        if self.proc is not None:
+            self.proc.wait(30)
+
+    def call(self, path: str, body: dict[str, Any], token: str | None = None) -> dict[str, Any]:
+        """POST to the v3 JSON gateway."""
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), method="POST",
+            headers={"Content-Type": "application/json", **({"Authorization": token}
+                                                              if token else {})})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            data: dict[str, Any] = json.loads(resp.read())
+            return data
+
+    def enable_auth(self, password: str) -> None:
+        """A root user with `password`, and authentication on."""
+        self.call("/v3/auth/user/add", {"name": "root", "password": password})
+        self.call("/v3/auth/user/grant", {"user": "root", "role": "root"})
+        self.call("/v3/auth/enable", {})
+
+    def raw_put(self, key: str, value: bytes, token: str | None = None) -> None:
+        """Put a value directly (a poisoned entry, as a writer with access would)."""
+        self.call("/v3/kv/put", {"key": base64.b64encode(key.encode()).decode(),
+                                 "value": base64.b64encode(value).decode()}, token)
+
+    def token(self, password: str) -> str:
+        """root's auth token."""
+        return str(self.call("/v3/auth/authenticate", {"name": "root",
+                                                        "password": password})["token"])
