@@ -287,10 +287,10 @@ def problems(entry: Entry, table: OptionTable, allow: Collection[str] = ()) -> l
         if spec is None:
             out.append(problem or f"{edit.flag}: unknown")
             continue
-        if per_host(edit.flag, spec.dest) or edit.flag in INTERNAL_PORTS:
-            out.append(f"{edit.flag} is a per-host flag: no entry may change it")
-        elif is_denied(edit.flag) and edit.flag not in allow:
+        if is_denied(edit.flag) and edit.flag not in allow:
             out.append(f"{edit.flag} is on the deny list: no fleet entry may change it")
+        elif per_host(edit.flag, spec.dest) or edit.flag in INTERNAL_PORTS:
+            out.append(f"{edit.flag} is a per-host flag: no entry may change it")
         if edit.action != "set_flag":
             continue
         if not spec.takes_value and edit.new_value is not None:
