@@ -191,7 +191,7 @@ def test_a_different_gpu_or_release_does_not_take_it(
         stop(proc)
     assert [r["result"] for r in events(state, "fleet.lookup")] == ["miss"]
     assert len(fleet.launches()) == 4  # it paid for its own failed launch
-    assert len(fleet.store().keys()) == 2
+    assert len(fleet.store().names()) == 2
 
 
 def test_a_poisoned_entry_is_refused_with_a_journal_line(fleet: Fleet, run_guard: Guard) -> None:

@@ -37,10 +37,10 @@ def _round_trip(store: fleetstore.Store) -> None:
     store.put(K1, b'{"a": 1}')
     store.put(K2, b'{"b": 2}')
     assert store.get(K1) == b'{"a": 1}'
-    assert store.keys() == [K1, K2]
+    assert store.names() == [K1, K2]
     assert store.delete(K1)
     assert not store.delete(K1)
-    assert store.keys() == [K2]
+    assert store.names() == [K2]
     with pytest.raises(StoreError, match="not a fleet key"):
         store.get("../../etc/passwd")
 
@@ -112,7 +112,7 @@ def test_file_store_refuses_what_others_may_write(tmp_path: Path) -> None:
         store.get(K1)
     (tmp_path / "fleet").chmod(0o777)
     with pytest.raises(StoreError, match="writable by group or others"):
-        store.keys()
+        store.names()
     (tmp_path / "fleet").chmod(0o700)
 
 

@@ -55,7 +55,7 @@ class Store(Protocol):
     def delete(self, key: str) -> bool:
         """Remove `key`; False when it was not there."""
 
-    def keys(self) -> list[str]:
+    def names(self) -> list[str]:
         """Every key the store holds."""
 
 
@@ -157,7 +157,7 @@ class FileStore:
         except OSError as exc:
             raise StoreError(f"{path}: {exc.strerror or exc}") from None
 
-    def keys(self) -> list[str]:
+    def names(self) -> list[str]:
         """Every key with a file (expired ones too: `learned list` shows them)."""
         if not self._ready(create=False):
             return []
@@ -301,7 +301,7 @@ class EtcdStore:
         answer = self._call("/v3/kv/deleterange", {"key": _b64(self._full(key))})
         return int(answer.get("deleted", 0)) > 0
 
-    def keys(self) -> list[str]:
+    def names(self) -> list[str]:
         """Every fleet key under the prefix."""
         prefix = self.address.prefix.encode()
         answer = self._call("/v3/kv/range", {"key": _b64(prefix),
