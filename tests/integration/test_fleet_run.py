@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import pytest
 
 from etcdserver import ETCD, EtcdServer
+from procutil import free_port
 from sglang_guard.core import fleet as core
 from sglang_guard.core.guardconfig import LearnSection
 from sglang_guard.errors import EXIT_OK
@@ -73,7 +75,7 @@ class Fleet:
         self.pack.write_text(PACK_TEXT.replace('">=0.5.23"', '">=0.5.0"'))
 
     def config(self, name: str, *, sm: str = "90", version: str = "0.5.23",
-               max_failures: int = 3, **learn: Any) -> Path:
+               max_failures: int = 3, status: str = "off", **learn: Any) -> Path:
         """A guard config for one guard of the fleet."""
         merged = {"store": self.url, **self.learn, **learn}
         lines = ["[sglang]", f"launch = {json.dumps(self.launch)}", f'version = "{version}"',
@@ -81,7 +83,8 @@ class Fleet:
                  "backoff_max_s = 0.05", "stop_grace_s = 2.0",
                  "[health]", f'host = "{HEALTH_HOST}"', "timeout_s = 2.0",
                  "[rules]", "default_pack = false", f"packs = [{json.dumps(str(self.pack))}]",
-                 "[gpu]", f'sm = "{sm}"', "[log]", 'format = "json"', "[learn]"]
+                 "[gpu]", f'sm = "{sm}"', "[log]", 'format = "json"',
+                 "[status]", f'listen = "{status}"', "[learn]"]
         lines += [f"{k} = {json.dumps(v)}" for k, v in merged.items()]
         path = self.tmp / f"{name}.toml"
         path.write_text("\n".join(lines) + "\n")
@@ -131,6 +134,11 @@ def events(state: Path, name: str) -> list[dict[str, Any]]:
     return [r for r in journal_events(state) if r["event"] == name]
 
 
+def _get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+        return str(resp.read().decode())
+
+
 def stop(proc: subprocess.Popen[bytes]) -> str:
     proc.send_signal(signal.SIGTERM)
     code, _, err = finish(proc)
@@ -155,9 +163,18 @@ def test_second_guard_launches_with_the_learned_fix_and_never_fails(
         assert [r["result"] for r in events(first, "fleet.lookup")] == ["miss"]
 
         state = fleet.tmp / "state-b"
-        proc = run_guard(fleet.config("b"), fleet.argv(server.port), state_dir=state)
+        status_port = free_port()
+        proc = run_guard(fleet.config("b", status=f"127.0.0.1:{status_port}"),
+                         fleet.argv(server.port), state_dir=state)
         wait_for(lambda: events(state, "fleet.confirmed"), what="confirmed")
+        shown = json.loads(_get(status_port, "/status"))
+        metrics = _get(status_port, "/metrics")
         err = stop(proc)
+    assert shown["fleet_fix"]["key"] == events(state, "fleet.lookup")[0]["key"]
+    assert shown["fleet_fix"]["edits"][0]["flag"] == "--attention-backend"
+    for kind in ("lookup", "hit", "confirm"):
+        assert f'sglang_guard_fleet_total{{kind="{kind}"}} 1.0' in metrics
+    assert 'sglang_guard_fleet_total{kind="store_error"} 0.0' in metrics
     launches = fleet.launches()
     assert len(launches) == 3  # the second guard: one launch, right the first time
     assert "--attention-backend" not in launches[2]
