@@ -58,6 +58,11 @@ fakechild.run([["print", "stdout", "The server is fired up and ready to roll!"],
 """
 
 
+LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64,
+         "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+         "num_key_value_heads": 4, "vocab_size": 128, "max_position_embeddings": 2048}
+
+
 class Fleet:
     """The shared pieces: a store URL, the fake SGLang, the model, the rule pack."""
 
@@ -70,7 +75,7 @@ class Fleet:
         self.launch = [sys.executable, str(script)]
         self.model = tmp / "model"
         self.model.mkdir()
-        (self.model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+        (self.model / "config.json").write_text(json.dumps(LLAMA))
         self.pack = tmp / "rules.toml"
         self.pack.write_text(PACK_TEXT.replace('">=0.5.23"', '">=0.5.0"'))
 
@@ -308,3 +313,23 @@ def test_etcd_stopped_mid_run_changes_nothing_for_a_running_guard(
         stop(proc)
     assert len(fleet.launches()) == 3
     assert not events(state, "fleet.error")
+
+
+def test_check_shows_the_fleet_fix_a_guard_would_launch_with(fleet: Fleet,
+                                                             run_guard: Guard) -> None:
+    with HealthServer() as server:
+        learn_once(fleet, run_guard, server.port)
+        argv = fleet.argv(server.port)
+    cmd = [sys.executable, "-m", "sglang_guard", "check", "--config",
+           str(fleet.config("check")), "--state-dir", str(fleet.tmp / "state-check")]
+    text = subprocess.run([*cmd, "--", *argv], capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert text.returncode == 1, text.stderr  # remediated: the fleet fix changes the line
+    assert "fleet: lookup hit" in text.stdout
+    assert "fleet: applies drop_flag --attention-backend fa3" in text.stdout
+    doc = subprocess.run([*cmd, "--json", "--", *argv], capture_output=True, text=True,
+                         timeout=120, check=False)
+    shown = json.loads(doc.stdout)["fleet"]
+    assert shown["applied"] and "--attention-backend" not in shown["argv_after"]
+    assert "sekrit-9" not in json.dumps(shown)  # (check's own argv echo is the user's)
+    assert len(fleet.launches()) == 2  # check launched nothing

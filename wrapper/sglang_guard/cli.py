@@ -125,11 +125,23 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
                        state_dir or cfg.state_dir or default_run_state_dir(argv), release)
     decision, inputs = prepared.decision, prepared.inputs
     assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
+    fleet = None
+    if cfg.learn.enabled:  # fleet memory: what a guard would take from the store
+        from sglang_guard.shell.fleet import check_view  # noqa: PLC0415
+
+        fleet = check_view(cfg, state_dir or cfg.state_dir or default_run_state_dir(argv),
+                           prepared)
     if as_json:
-        click.echo(json.dumps(decision_json(decision, inputs), indent=2))
+        doc = decision_json(decision, inputs)
+        click.echo(json.dumps({**doc, "fleet": fleet} if fleet else doc, indent=2))
     else:
         click.echo(render_decision(decision, inputs))
-    sys.exit(_VERDICT_EXIT[decision.verdict])
+        for line in fleet["lines"] if fleet else ():
+            click.echo(line)
+    verdict = decision.verdict
+    if fleet and fleet["applied"] and verdict == "ok":
+        verdict = "remediated"
+    sys.exit(_VERDICT_EXIT[verdict])
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

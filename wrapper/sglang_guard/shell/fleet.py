@@ -102,6 +102,7 @@ class Fleet:
         self._jobs: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._worker: threading.Thread | None = None
         self._sinks: list[Sink] = []
+        self.quiet = False
 
     # -- records --------------------------------------------------------------------------
 
@@ -109,6 +110,8 @@ class Fleet:
         for sink in self._sinks:
             with contextlib.suppress(Exception):  # an onlooker's failure is not the fleet's
                 sink(record)
+        if self.quiet:
+            return
         get_logger().info(str(record["event"]),
                           **{k: v for k, v in record.items() if k != "event"})
 
@@ -372,3 +375,33 @@ def own_journal(state_dir: str) -> Journal | None:
         return Journal.open(state_dir)
     except ConfigError:  # reported once by the runner already
         return None
+
+
+def check_view(cfg: GuardConfig, state_dir: str, prepared: Prepared) -> dict[str, Any] | None:
+    """What `check` shows of fleet memory: the lookup, and the command line a fleet fix makes."""
+    if not cfg.learn.enabled or not cfg.learn.consume:
+        return None
+    from sglang_guard.shell.packs import load_packs  # noqa: PLC0415
+
+    fleet = open_fleet(cfg, state_dir, prepared, load_packs(cfg, prepared.options))
+    if fleet is None:
+        return None
+    records: list[Mapping[str, Any]] = []
+    fleet.quiet = True  # `check` prints its own lines, no log records
+    after = fleet.before_launch(prepared.cl, [records.append])
+    lines = []
+    for r in records:
+        if r["event"] == "remediated":
+            continue
+        lines.append(f"fleet: {r['event'].removeprefix('fleet.')} {r.get('result', '')} "
+                     f"{r.get('reason', '')}".replace("  ", " ").strip())
+    if fleet.in_use is not None:
+        e = fleet.in_use.entry
+        edits = "; ".join(f"{x.action} {x.flag} {x.new_value or x.old_value or ''}".strip()
+                          for x in e.edits)
+        lines.append(f"fleet: applies {edits} (learned by {e.origin.guard} at "
+                     f"{e.origin.learned_at}, confirmed {e.confirmations} times)")
+    return {"key": fleet.name, "store": fleet.store.where,
+            "applied": fleet.in_use is not None,
+            "argv_after": redact_argv(after.argv, prepared.options) if fleet.in_use else None,
+            "records": [dict(r) for r in records], "lines": lines}
