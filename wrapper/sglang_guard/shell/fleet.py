@@ -253,6 +253,30 @@ class Fleet:
 
         self.submit(job)
 
+    def gave_up(self, last: CommandLine, rules: Sequence[str], lines: Sequence[str],
+                launches: int) -> None:
+        """The guard's own fixes never reached ready: publish them as known-bad, unless the
+        store holds a proven entry (another guard's fix, which this one did not try)."""
+        first = self.first
+        if first is None or not self.learn.publish or self.in_use is not None:
+            return
+        edits = core.learned_edits(first, last)
+        if not edits:
+            return
+        entry = core.Entry(self.name, "known_bad", edits[:core.MAX_EDITS],
+                           tuple(dict.fromkeys(rules))[:core.MAX_EDITS],
+                           core.fatal_lines(lines), launches,
+                           core.Origin(self.guard, self._now(), self.key.sglang,
+                                       _gpu(self.key)), failed_by=(self.guard,))
+
+        def job() -> None:
+            old = self._current()
+            if old is not None and old.status == "proven":
+                return
+            self._put(entry, "fleet.known_bad", edits=len(entry.edits))
+
+        self.submit(job)
+
     def confirm(self) -> None:
         """The fleet fix reached ready here too: one more confirmation (worker thread)."""
         in_use = self.in_use
@@ -332,6 +356,8 @@ class FleetObserver:
                 self._log_fixed = True
         elif event == "guard.signal":
             self._signalled = True
+        elif event == "give_up" and not self._ready and self._cl is not None:
+            fleet.gave_up(self._cl, self._rules, self._lines, self._gen)
         elif event == "ready" and not self._ready and self._cl is not None:
             self._ready = True
             if fleet.in_use is not None and self._cl.argv == fleet.in_use.cl.argv:
