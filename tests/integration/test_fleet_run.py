@@ -287,7 +287,8 @@ def test_store_that_never_answers_is_skipped_within_the_bound(tmp_path: Path,
     with socket.socket() as hole:  # accepts connections, never answers
         hole.bind(("127.0.0.1", 0))
         hole.listen(8)
-        fleet = Fleet(tmp_path, f"etcd://127.0.0.1:{hole.getsockname()[1]}/x")
+        fleet = Fleet(tmp_path, f"etcd://127.0.0.1:{hole.getsockname()[1]}/x",
+                      {"allow_unauthenticated": True})
         with HealthServer() as server:
             state = tmp_path / "state-g"
             proc = run_guard(fleet.config("g", timeout_s=0.5), fleet.argv(server.port),

@@ -193,6 +193,7 @@ def test_learn_is_off_unless_a_store_is_named() -> None:
     ('store = "file:///x"\npassword_file = "/p"', "learn.password_file", "needs user"),
     ('store = "file:///x"\nkey_file = "/k"', "learn.key_file", "needs cert_file"),
     ('store = "file:///x"\npassword = "inline"', "learn.password", "unknown"),
+    ('store = "etcd://h:2379/x"', "learn.store", "writers must be authenticated"),
 ])
 def test_learn_errors_name_the_key(text: str, key: str, needle: str) -> None:
     with pytest.raises(ConfigError) as info:

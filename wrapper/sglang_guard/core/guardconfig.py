@@ -142,6 +142,9 @@ class LearnSection:
     cert_file: str | None = None  # etcds://: a client certificate (and its key) as identity
     key_file: str | None = None
     guard_id: str | None = None  # how this guard names itself in entries (default: host)
+    # etcd without user or client certificate: anyone who reaches etcd could write a fix
+    # every guard applies; only with this set (a test cluster, a private network).
+    allow_unauthenticated: bool = False
 
     @property
     def enabled(self) -> bool:
@@ -286,6 +289,11 @@ def _learn(raw: Table) -> LearnSection:
         raise raw.fail("ttl_days", "must be above 0")
     if not 0 < learn.timeout_s <= LEARN_TIMEOUT_MAX_S:
         raise raw.fail("timeout_s", f"must be above 0 and at most {LEARN_TIMEOUT_MAX_S:g}")
+    if learn.store.startswith(("etcd://", "etcds://")) and not learn.user \
+            and not learn.cert_file and not learn.allow_unauthenticated:
+        raise raw.fail("store", "an etcd store needs user + password_file or cert_file "
+                                "(the writers must be authenticated), or "
+                                "allow_unauthenticated = true")
     if learn.password_file and not learn.user:
         raise raw.fail("password_file", "needs user")
     if learn.key_file and not learn.cert_file:

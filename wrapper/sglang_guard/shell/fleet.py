@@ -383,7 +383,7 @@ def open_fleet(cfg: GuardConfig, state_dir: str, prepared: Prepared,
 
     cl = prepared.cl
     key = core.make_key(
-        cl, sglang=prepared.options.sglang_version,
+        cl, sglang=prepared.release.version or prepared.options.sglang_version,
         model_config=model_config_hash(cl.value("model_path"), cl.value("revision")),
         draft_config=model_config_hash(cl.value("speculative_draft_model_path"),
                                        cl.value("speculative_draft_model_revision")),
