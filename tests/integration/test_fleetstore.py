@@ -141,3 +141,12 @@ def test_etcd_address_forms() -> None:
     kind, where = fleetstore.parse_store_url("etcds://a:2379,b:2379/team/llama")
     assert kind == "etcd"
     assert where == fleetstore.EtcdAddress(("https://a:2379", "https://b:2379"), "/team/llama/")
+
+
+@needs_etcd
+def test_a_guard_with_a_user_refuses_an_etcd_whose_auth_is_off(etcd: EtcdServer,
+                                                               tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("pw\n")
+    with pytest.raises(StoreError, match="authentication is not enabled"):
+        _etcd_store(etcd, user="root", password_file=str(secret)).get(K1)
