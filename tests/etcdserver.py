@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import json
 import shutil
+import ssl
 import subprocess
 import threading
 import time
@@ -26,11 +27,13 @@ ETCD = shutil.which("etcd")
 class EtcdServer:
     """One etcd member on 127.0.0.1."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, tls: Path | None = None) -> None:
         self.tmp = tmp
+        self.tls = tls  # a directory from make_certs: serve HTTPS, require client certs
         self.client_port = free_port()
         self.peer_port = free_port()
-        self.url = f"http://127.0.0.1:{self.client_port}"
+        scheme = "https" if tls else "http"
+        self.url = f"{scheme}://127.0.0.1:{self.client_port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = tmp / "etcd.log"
 
@@ -42,6 +45,10 @@ class EtcdServer:
                "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
                "--initial-cluster", f"t={peer}", "--log-level", "error"]
+        if self.tls is not None:
+            cmd += ["--cert-file", str(self.tls / "server.pem"),
+                    "--key-file", str(self.tls / "server-key.pem"),
+                    "--trusted-ca-file", str(self.tls / "ca.pem"), "--client-cert-auth"]
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
                                          start_new_session=True)
@@ -54,8 +61,12 @@ class EtcdServer:
         return self
 
     def _healthy(self) -> bool:
+        ctx = None
+        if self.tls is not None:
+            ctx = ssl.create_default_context(cafile=str(self.tls / "ca.pem"))
+            ctx.load_cert_chain(str(self.tls / "client.pem"), str(self.tls / "client-key.pem"))
         try:
-            with urllib.request.urlopen(self.url + "/health", timeout=1) as resp:
+            with urllib.request.urlopen(self.url + "/health", timeout=1, context=ctx) as resp:
                 return bool(json.loads(resp.read()).get("health") in ("true", True))
         except (OSError, ValueError):
             return False
@@ -92,3 +103,22 @@ class EtcdServer:
         """root's auth token."""
         return str(self.call("/v3/auth/authenticate", {"name": "root",
                                                         "password": password})["token"])
+
+
+def make_certs(directory: Path) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate (openssl)."""
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def ssl_(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    ssl_("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+         "-keyout", "ca-key.pem", "-out", "ca.pem")
+    (directory / "san.cnf").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name, cn in (("server", "127.0.0.1"), ("client", "root")):
+        ssl_("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
+             "-keyout", f"{name}-key.pem", "-out", f"{name}.csr")
+        ssl_("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca-key.pem",
+             "-CAcreateserial", "-days", "2", "-out", f"{name}.pem",
+             *(["-extfile", "san.cnf"] if name == "server" else []))
+    return directory

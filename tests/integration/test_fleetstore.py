@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from etcdserver import ETCD, EtcdServer
+from etcdserver import ETCD, EtcdServer, make_certs
 from procutil import free_port
 from sglang_guard.core.guardconfig import LearnSection
 from sglang_guard.errors import InputError
@@ -150,3 +150,21 @@ def test_a_guard_with_a_user_refuses_an_etcd_whose_auth_is_off(etcd: EtcdServer,
     secret.write_text("pw\n")
     with pytest.raises(StoreError, match="authentication is not enabled"):
         _etcd_store(etcd, user="root", password_file=str(secret)).get(K1)
+
+
+@needs_etcd
+def test_etcds_with_a_client_certificate(tmp_path: Path) -> None:
+    certs = make_certs(tmp_path / "certs")
+    server = EtcdServer(tmp_path, tls=certs).start()
+    try:
+        url = f"etcds://127.0.0.1:{server.client_port}/tls"
+        store = open_store(LearnSection(store=url, ca_file=str(certs / "ca.pem"),
+                                        cert_file=str(certs / "client.pem"),
+                                        key_file=str(certs / "client-key.pem")))
+        _round_trip(store)
+        with pytest.raises(StoreError):  # no client certificate: the TLS handshake fails
+            open_store(LearnSection(store=url, ca_file=str(certs / "ca.pem"))).get(K1)
+        with pytest.raises(StoreError):  # a server the CA did not sign
+            open_store(LearnSection(store=url)).get(K1)
+    finally:
+        server.stop()
