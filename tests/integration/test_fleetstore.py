@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,3 +170,37 @@ def test_etcds_with_a_client_certificate(tmp_path: Path) -> None:
             open_store(LearnSection(store=url)).get(K1)
     finally:
         server.stop()
+
+
+def _count_up(store: fleetstore.Store, writers: int) -> int:
+    """`writers` threads each add 1 to a JSON counter through `update`; the final count."""
+    start = threading.Barrier(writers)
+
+    def add(raw: bytes | None) -> bytes:
+        n = json.loads(raw)["n"] if raw else 0
+        return json.dumps({"n": n + 1}).encode()
+
+    def work() -> None:
+        start.wait()
+        store.update(K1, add)
+
+    threads = [threading.Thread(target=work) for _ in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return int(json.loads(store.get(K1) or b"{}")["n"])
+
+
+def test_file_store_updates_lose_nothing_under_concurrent_writers(tmp_path: Path) -> None:
+    assert _count_up(FileStore(str(tmp_path / "fleet"), 3600), 12) == 12
+
+
+@needs_etcd
+def test_etcd_updates_are_compare_and_swap_and_leave_one_lease(etcd: EtcdServer) -> None:
+    store = fleetstore.EtcdStore(fleetstore.EtcdAddress((etcd.url,), "/cas/"), ttl_s=600,
+                                 timeout_s=5.0)
+    # Writers that lose a round retry (UPDATE_ATTEMPTS, jittered): every one lands.
+    assert _count_up(store, 8) == 8
+    leases = etcd.call("/v3/lease/leases", {}).get("leases") or []
+    assert len(leases) == 1  # each replaced entry's lease was revoked

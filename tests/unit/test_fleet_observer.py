@@ -39,6 +39,13 @@ class Memory:
     def put(self, key: str, value: bytes) -> None:
         self.data[key] = value
 
+    def update(self, key: str, change: Any) -> bool:
+        new = change(self.data.get(key))
+        if new is None:
+            return False
+        self.data[key] = new
+        return True
+
     def delete(self, key: str) -> bool:
         return self.data.pop(key, None) is not None
 

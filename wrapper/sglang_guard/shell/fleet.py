@@ -22,7 +22,7 @@ import queue
 import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -210,19 +210,25 @@ class Fleet:
     def _now(self) -> str:
         return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
-    def _current(self) -> core.Entry | None:
-        raw = self.store.get(self.name)
-        if raw is None:
-            return None
-        try:
-            return core.decode_entry(raw, self.name)
-        except ValueError:
-            return None  # a malformed entry is overwritten by what this guard knows
+    def _update(self, decide: Callable[[core.Entry | None], Decision]) -> None:
+        """Read, decide, write as one step of the store (another guard may write between
+        a read and a write: the store retries with what it then holds)."""
+        said: list[Decision] = []
 
-    def _put(self, entry: core.Entry, event: str, **more: Any) -> None:
-        self.store.put(self.name, entry.encode())
-        self._say({"event": event, "key": self.name, "store": self.store.where,
-                   "status": entry.status, **more})
+        def change(raw: bytes | None) -> bytes | None:
+            old = None
+            if raw is not None:
+                with contextlib.suppress(ValueError):  # malformed: what we know replaces it
+                    old = core.decode_entry(raw, self.name)
+            decision = decide(old)
+            said[:] = [decision]
+            return None if decision.entry is None else decision.entry.encode()
+
+        self.store.update(self.name, change)
+        if said and said[0].event:
+            d = said[0]
+            self._say({"event": d.event, "key": self.name, "store": self.store.where,
+                       **({"status": d.entry.status} if d.entry else {}), **d.more})
 
     def publish(self, ready: CommandLine, rules: Sequence[str], lines: Sequence[str],
                 launches: int) -> None:
@@ -239,19 +245,16 @@ class Fleet:
                            core.Origin(self.guard, self._now(), self.key.sglang,
                                        _gpu(self.key)))
 
-        def job() -> None:
-            old = self._current()
+        def decide(old: core.Entry | None) -> Decision:
             if old is not None and old.edits == entry.edits:
                 if old.status == "known_bad":
-                    self._say({"event": "fleet.skipped", "key": self.name,
-                               "reason": "the same fix is known-bad for these inputs"})
-                    return
-                self._put(old.confirmed(), "fleet.confirmed",
-                          confirmations=old.confirmations + 1)
-                return
-            self._put(entry, "fleet.published", edits=len(entry.edits))
+                    return Decision(None, "fleet.skipped", {
+                        "reason": "the same fix is known-bad for these inputs"})
+                return Decision(old.confirmed(), "fleet.confirmed",
+                                {"confirmations": old.confirmations + 1})
+            return Decision(entry, "fleet.published", {"edits": len(entry.edits)})
 
-        self.submit(job)
+        self.submit(lambda: self._update(decide))
 
     def gave_up(self, last: CommandLine, rules: Sequence[str], lines: Sequence[str],
                 launches: int) -> None:
@@ -269,13 +272,12 @@ class Fleet:
                            core.Origin(self.guard, self._now(), self.key.sglang,
                                        _gpu(self.key)), failed_by=(self.guard,))
 
-        def job() -> None:
-            old = self._current()
+        def decide(old: core.Entry | None) -> Decision:
             if old is not None and old.status == "proven":
-                return
-            self._put(entry, "fleet.known_bad", edits=len(entry.edits))
+                return Decision(None, None)
+            return Decision(entry, "fleet.known_bad", {"edits": len(entry.edits)})
 
-        self.submit(job)
+        self.submit(lambda: self._update(decide))
 
     def confirm(self) -> None:
         """The fleet fix reached ready here too: one more confirmation (worker thread)."""
@@ -283,13 +285,14 @@ class Fleet:
         if in_use is None or not self.learn.publish:
             return
 
-        def job() -> None:
-            old = self._current() or in_use.entry
+        def decide(old: core.Entry | None) -> Decision:
+            old = old or in_use.entry
             if old.edits != in_use.entry.edits:
-                return  # replaced meanwhile: nothing of ours to confirm
-            self._put(old.confirmed(), "fleet.confirmed", confirmations=old.confirmations + 1)
+                return Decision(None, None)  # replaced meanwhile: nothing of ours to confirm
+            return Decision(old.confirmed(), "fleet.confirmed",
+                            {"confirmations": old.confirmations + 1})
 
-        self.submit(job)
+        self.submit(lambda: self._update(decide))
 
     def mark_known_bad(self) -> None:
         """A launch with the fleet fix failed: nobody tries it again (worker thread)."""
@@ -300,13 +303,22 @@ class Fleet:
         if not self.learn.publish:
             return
 
-        def job() -> None:
-            old = self._current() or in_use.entry
+        def decide(old: core.Entry | None) -> Decision:
+            old = old or in_use.entry
             if old.edits != in_use.entry.edits:
-                return
-            self._put(old.known_bad(self.guard), "fleet.known_bad")
+                return Decision(None, None)
+            return Decision(old.known_bad(self.guard), "fleet.known_bad", {})
 
-        self.submit(job)
+        self.submit(lambda: self._update(decide))
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a store update writes (None: nothing) and the record it journals (None: none)."""
+
+    entry: core.Entry | None
+    event: str | None
+    more: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _gpu(key: core.FleetKey) -> str | None:

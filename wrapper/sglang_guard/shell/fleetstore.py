@@ -20,11 +20,13 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import ssl
 import stat
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,6 +37,9 @@ from sglang_guard.errors import InputError
 from sglang_guard.shell.files import read_bytes
 
 DAY_S = 86400
+UPDATE_ATTEMPTS = 8  # etcd: another guard's write in between makes the compare fail; retry
+UPDATE_JITTER_S = 0.05  # ... after up to this many seconds times the attempt (worker thread)
+Change = Callable[[bytes | None], bytes | None]
 
 
 class StoreError(Exception):
@@ -51,6 +56,10 @@ class Store(Protocol):
 
     def put(self, key: str, value: bytes) -> None:
         """Store `value` under `key` (with the store's TTL)."""
+
+    def update(self, key: str, change: Change) -> bool:
+        """Replace the value under `key` by `change(old)` atomically (None: write nothing);
+        True when it wrote. `change` may be called again when another writer came first."""
 
     def delete(self, key: str) -> bool:
         """Remove `key`; False when it was not there."""
@@ -105,6 +114,34 @@ class FileStore:
         finally:
             os.close(fd)  # releases the lock
 
+    def _read(self, path: Path) -> bytes | None:
+        """The file's bytes (the lock held); None when absent or older than the TTL."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        _private(path, st)
+        if time.time() - st.st_mtime > self.ttl_s:
+            return None
+        return read_bytes(path, limit=MAX_ENTRY_BYTES + 1, nofollow=True)
+
+    def _write(self, path: Path, value: bytes) -> None:
+        """Temp file, fsync, rename (the lock held)."""
+        tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            try:
+                os.write(fd, value)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            tmp.replace(path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
     def get(self, key: str) -> bytes | None:
         """The file's bytes; None when absent or older than the TTL."""
         path = self._path(key)
@@ -112,35 +149,26 @@ class FileStore:
             return None
         try:
             with self._locked(fcntl.LOCK_SH):
-                try:
-                    st = os.lstat(path)
-                except FileNotFoundError:
-                    return None
-                _private(path, st)
-                if time.time() - st.st_mtime > self.ttl_s:
-                    return None
-                return read_bytes(path, limit=MAX_ENTRY_BYTES + 1, nofollow=True)
+                return self._read(path)
         except OSError as exc:
             raise StoreError(f"{path}: {exc.strerror or exc}") from None
 
     def put(self, key: str, value: bytes) -> None:
         """Write the file atomically, 0600, under the directory's lock."""
+        self.update(key, lambda _old: value)
+
+    def update(self, key: str, change: Change) -> bool:
+        """Read, change and write under one exclusive lock."""
         path = self._path(key)
         self._ready(create=True)
-        tmp = path.with_name(f".{key}.{os.getpid()}.tmp")
         try:
             with self._locked(fcntl.LOCK_EX):
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o600)
-                try:
-                    os.write(fd, value)
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                tmp.replace(path)
+                new = change(self._read(path))
+                if new is None:
+                    return False
+                self._write(path, new)
+                return True
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             raise StoreError(f"{path}: {exc.strerror or exc}") from None
 
     def delete(self, key: str) -> bool:
@@ -289,12 +317,39 @@ class EtcdStore:
 
     def put(self, key: str, value: bytes) -> None:
         """Put with a fresh lease of the TTL (the entry disappears unless rewritten)."""
-        full = self._full(key)
-        lease = self._call("/v3/lease/grant", {"TTL": max(1, int(self.ttl_s))})
-        lease_id = lease.get("ID")
-        if lease_id is None:
-            raise StoreError("etcd lease grant gave no ID")
-        self._call("/v3/kv/put", {"key": _b64(full), "value": _b64(value), "lease": lease_id})
+        self.update(key, lambda _old: value)
+
+    def update(self, key: str, change: Change) -> bool:
+        """Compare-and-swap: the put happens only if nobody wrote the key since it was read
+        (its mod_revision, or its absence); the old entry's lease is revoked after."""
+        full = _b64(self._full(key))
+        for attempt in range(UPDATE_ATTEMPTS):
+            if attempt:  # spread the writers that lost the last round
+                time.sleep(random.uniform(0, UPDATE_JITTER_S * attempt))  # noqa: S311
+            kvs = self._call("/v3/kv/range", {"key": full}).get("kvs") or []
+            old = base64.b64decode(kvs[0].get("value", ""))[:MAX_ENTRY_BYTES + 1] \
+                if kvs else None
+            new = change(old)
+            if new is None:
+                return False
+            lease = self._call("/v3/lease/grant", {"TTL": max(1, int(self.ttl_s))}).get("ID")
+            if lease is None:
+                raise StoreError("etcd lease grant gave no ID")
+            compare = ({"key": full, "target": "MOD", "result": "EQUAL",
+                        "mod_revision": kvs[0].get("mod_revision", "0")} if kvs else
+                       {"key": full, "target": "CREATE", "result": "EQUAL",
+                        "create_revision": "0"})
+            answer = self._call("/v3/kv/txn", {"compare": [compare], "success": [
+                {"request_put": {"key": full, "value": _b64(new), "lease": lease}}]})
+            won = bool(answer.get("succeeded"))
+            # Won: the old entry's lease is spare (each entry has its own). Lost: ours is.
+            stale = (kvs[0].get("lease") if kvs else None) if won else lease
+            if stale not in (None, "0"):
+                with contextlib.suppress(StoreError):  # it expires at its TTL anyway
+                    self._call("/v3/lease/revoke", {"ID": stale})
+            if won:
+                return True
+        raise StoreError(f"etcd: {UPDATE_ATTEMPTS} concurrent writers in a row on {key[:16]}")
 
     def delete(self, key: str) -> bool:
         """Delete PREFIX/key."""
