@@ -5,12 +5,13 @@ flock, mode 0600 in a 0700 directory; a directory or file that others may write 
 (its permissions are the store's only authentication). An entry older than the TTL is gone.
 
 `etcd://HOST:PORT[,HOST:PORT...]/PREFIX` (`etcds://` for TLS): etcd's v3 API through its
-own JSON gateway (grpc-gateway: POST /v3/kv/put, /v3/kv/range, /v3/kv/deleterange,
-/v3/lease/grant, /v3/auth/authenticate; keys and values base64) over the standard
+own JSON gateway (grpc-gateway: POST /v3/kv/range, /v3/kv/txn, /v3/kv/deleterange,
+/v3/lease/grant, /v3/lease/revoke, /v3/auth/authenticate; keys and values base64) over the standard
 library's HTTP(S) client. No maintained Python client exists: python-etcd3 had its last
 release in 2020 and needs grpcio and an old protobuf; the gateway is part of every etcd
-server since 3.3 and costs no dependency. Every entry is put with a lease of the TTL; with
-auth on, a user/password token or a client certificate authenticates the writer.
+server since 3.3 and costs no dependency. Every write is a compare-and-swap (`update`) with
+a fresh lease of the TTL; with auth on, a user/password token or a client certificate
+authenticates the writer.
 """
 
 from __future__ import annotations
