@@ -300,10 +300,9 @@ def test_store_that_never_answers_is_skipped_within_the_bound(tmp_path: Path,
     assert "no answer within 0.5s" in lookup[0]["reason"]
 
 
+@pytest.mark.parametrize("fleet", ["etcd"], indirect=True)
 def test_etcd_stopped_mid_run_changes_nothing_for_a_running_guard(
         fleet: Fleet, run_guard: Guard) -> None:
-    if not fleet.url.startswith("etcd"):
-        pytest.skip("etcd only")
     with HealthServer() as server:
         learn_once(fleet, run_guard, server.port)
         state = fleet.tmp / "state-h"
