@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import ssl
 import subprocess
@@ -22,6 +23,9 @@ from typing import Any
 from procutil import free_port
 
 ETCD = shutil.which("etcd")
+if ETCD is None and os.environ.get("CI"):
+    # CI installs etcd-server (.ci/run): a missing binary there is a broken setup, not a skip.
+    raise RuntimeError("CI=true but no etcd binary on PATH: .ci/run installs etcd-server")
 
 
 class EtcdServer:
