@@ -22,6 +22,8 @@ class ModelShape:
     context_length: int | None = None
     quant_method: str | None = None  # quantization_config.quant_method, lower-cased
     weight_block_size: tuple[int, int] | None = None  # quantization_config.weight_block_size
+    # hf_config has dual_chunk_attention_config (the dual_chunk_flash_attn backend needs it).
+    dual_chunk_attention: bool | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The JSON shape (facts cache, `check --json`)."""

@@ -89,7 +89,9 @@ def preflight(
             continue
         facts = (draft or model) if flag == DRAFT_FLAG else model
         problems = check_backend(compat, flag, occ.value, arch=facts.attention_arch,
-                                 sm=_sm(gpu), kv_cache_dtype=kv_dtype)
+                                 sm=_sm(gpu), kv_cache_dtype=kv_dtype,
+                                 model_fields=_fields(facts),
+                                 architecture=next(iter(facts.architectures), None))
         fatal = [p for p in problems if p.fatal]
         warnings += [f"{p.flag} {p.value}: {p.reason}" for p in problems if not p.fatal]
         if not fatal:
@@ -152,6 +154,14 @@ def _renamed(f: RenameFinding, action: Action) -> Finding:
     new = " ".join(new_tokens(f)) or None
     return Finding(flag=f.flag, value=f.value, action=action, new_value=new, reason=f.reason,
                    kind="renamed" if f.action == "rename" else "removed", source=f.source)
+
+
+def _fields(facts: ModelFacts) -> frozenset[str] | None:
+    """The config fields the backend table asks about that the model has (None: not read)."""
+    if facts.shape is None or facts.shape.dual_chunk_attention is None:
+        return None
+    return frozenset({"dual_chunk_attention_config"} if facts.shape.dual_chunk_attention
+                     else ())
 
 
 def _sm(gpu: GpuFacts) -> int | None:

@@ -29,7 +29,8 @@ from sglang_guard.shell.files import read_bytes, write_atomic
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
-_CACHE_VERSION = "2"  # 2: the model shape (heads, MLP widths, context, quantization)
+# 2: the model shape (heads, MLP widths, context, quantization); 3: dual_chunk_attention
+_CACHE_VERSION = "3"
 # SGLang's CONTEXT_LENGTH_KEYS (srt/utils/hf_transformers/common.py:668, 0.5.23): first found wins.
 _CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
                  "max_position_embeddings")
@@ -344,6 +345,7 @@ def _shape(config: Any, text: Any) -> ModelShape:
         quant_method=method.lower() if isinstance(method, str) else None,
         weight_block_size=(int(block[0]), int(block[1]))
         if isinstance(block, list | tuple) and len(block) == 2 else None,
+        dual_chunk_attention=_get(config, "dual_chunk_attention_config") is not None,
     )
 
 

@@ -1,0 +1,160 @@
+"""A backend constraint holds wherever the release's code cannot run the combination.
+
+Issue 19 item 4 and the real H200 record of SGLang 0.5.17 (issue 23): the ranges used to be
+where a *message* appears, so 0.5.17 kept lines that died on the GPU. Each case here is a line
+0.5.17 ran on an H200 (SM 9.0): the deaths must be changed before launch, the lines that
+served must pass unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from sglang_guard.cli import main
+from sglang_guard.core.compat import Problem, check_backend
+from sglang_guard.core.compat_table import load_raw_table
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA = str(REPO / "configs" / "models" / "tiny-llama")
+DSV3 = str(REPO / "configs" / "models" / "tiny-deepseek-v3")
+GPT_OSS = str(REPO / "tests" / "data" / "h200-models" / "gpt-oss-20b")
+
+
+def check(release: str, sm: str, *argv: str) -> dict[str, Any]:
+    res = CliRunner().invoke(main, ["check", "--json", "--gpu-sm", sm, "--sglang-version",
+                                    release, "--", *argv], catch_exceptions=False)
+    assert res.exit_code in (0, 1, 78), res.output
+    out: dict[str, Any] = json.loads(res.stdout)
+    return out
+
+
+# Died on the H200 with 0.5.17 (sglang-on-the-h200 / gpu-launch README, issue 19 "Why").
+DIED_0517 = [
+    (LLAMA, "flashmla"),  # AttributeError: 'ModelConfig' object has no attribute 'kv_lora_rank'
+    (LLAMA, "cutlass_mla"),  # the same AttributeError
+    (DSV3, "cutlass_mla"),  # cutlass_mla_decode is only supported on compute capability 10.0
+    (LLAMA, "intel_amx"),
+    (LLAMA, "wave"),
+    (LLAMA, "ascend"),
+    (LLAMA, "intel_xpu"),
+    (LLAMA, "dual_chunk_flash_attn"),
+    (DSV3, "intel_amx"),
+    (DSV3, "ascend"),
+    (DSV3, "torch_native"),  # shape errors: an MHA-only backend on MLA
+    (DSV3, "flex_attention"),
+]
+
+
+@pytest.mark.parametrize(("model", "backend"), DIED_0517,
+                         ids=[f"{Path(m).name}-{b}" for m, b in DIED_0517])
+def test_what_died_on_the_h200_is_dropped_on_0_5_17(model: str, backend: str) -> None:
+    out = check("0.5.17", "90", "--model-path", model, "--attention-backend", backend)
+    assert out["verdict"] == "remediated", out
+    assert "--attention-backend" not in out["argv_out"]
+    finding = out["findings"][0]
+    assert finding["action"] == "drop"
+    # The finding cites 0.5.17's own source, not 0.5.23's line.
+    assert finding["source"] and "0.5.17" in finding["source"], finding
+
+
+def test_flashmla_on_a_llama_cites_0_5_17s_line_and_no_foreign_message() -> None:
+    out = check("0.5.17", "90", "--model-path", LLAMA, "--attention-backend", "flashmla")
+    finding = out["findings"][0]
+    assert finding["kind"] == "arch"
+    assert finding["source"].startswith("sglang/srt/layers/attention/flashmla_backend.py:84")
+
+
+def test_cutlass_mla_on_sm90_is_dropped_and_sm100_keeps_it() -> None:
+    out = check("0.5.17", "90", "--model-path", DSV3, "--attention-backend", "cutlass_mla")
+    assert out["findings"][0]["kind"] == "gpu"
+    assert "SM100" in out["findings"][0]["reason"]
+    ok = check("0.5.17", "100", "--model-path", DSV3, "--attention-backend", "cutlass_mla")
+    assert ok["verdict"] == "ok", ok
+
+
+# Served on the H200 with 0.5.17: must pass unchanged.
+SERVED_0517 = [
+    (LLAMA, ()),
+    (LLAMA, ("--attention-backend", "fa3")),
+    (LLAMA, ("--attention-backend", "triton")),
+    (LLAMA, ("--attention-backend", "torch_native")),
+    (LLAMA, ("--attention-backend", "flex_attention")),
+    (LLAMA, ("--prefill-attention-backend", "fa3", "--decode-attention-backend", "triton")),
+    (LLAMA, ("--attention-backend", "triton", "--kv-cache-dtype", "fp8_e4m3")),
+    (DSV3, ()),
+    (DSV3, ("--attention-backend", "fa3")),
+    (DSV3, ("--attention-backend", "flashinfer")),
+    (DSV3, ("--attention-backend", "triton")),
+    (DSV3, ("--attention-backend", "flashmla")),
+    (DSV3, ("--prefill-attention-backend", "fa3", "--decode-attention-backend", "triton")),
+    (DSV3, ("--prefill-attention-backend", "fa3", "--decode-attention-backend", "flashmla")),
+    (DSV3, ("--attention-backend", "triton", "--kv-cache-dtype", "fp8_e4m3")),
+    (DSV3, ("--attention-backend", "flashinfer", "--kv-cache-dtype", "fp8_e4m3")),
+]
+
+
+@pytest.mark.parametrize(("model", "flags"), SERVED_0517,
+                         ids=[f"{Path(m).name}-{'-'.join(f) or 'default'}"
+                              for m, f in SERVED_0517])
+def test_what_served_on_the_h200_passes_unchanged(model: str, flags: tuple[str, ...]) -> None:
+    argv = ["--model-path", model, *flags]
+    out = check("0.5.17", "90", *argv)
+    assert out["verdict"] == "ok", out
+    assert out["argv_out"] == argv
+
+
+def test_a_check_whose_behaviour_a_release_does_not_confirm_warns() -> None:
+    """Outside a constraint's range (and with no newer form of it in that release) the check
+    stays, as a warning that says so; nothing is dropped and nothing is silent."""
+    table = load_raw_table().for_release("0.5.8", None)
+    backend = table.backend("trtllm_mla")
+    assert backend is not None
+    gpu = [c for c in backend.constraints if c.kind == "gpu"]
+    assert gpu, "the SM check of trtllm_mla vanished on 0.5.8"
+    assert all(not c.fatal and c.unconfirmed for c in gpu)
+    out = check("0.5.8", "90", "--model-path", DSV3, "--attention-backend", "trtllm_mla")
+    assert out["argv_out"][-1] == "trtllm_mla"
+    assert any("not confirmed" in w and "trtllm_mla" in w for w in out["warnings"]), out
+
+
+def test_gpt_oss_allow_list_of_the_oldest_releases() -> None:
+    """fa4 joined in 0.5.3.post1 (server_args.py:782); 0.5.3's list is [triton, trtllm_mha,
+    fa3] (server_args.py:742), asserted on --attention-backend alone."""
+    def problems(release: str, flag: str, value: str) -> tuple[Problem, ...]:
+        table = load_raw_table().for_release(release, None)
+        return check_backend(table, flag, value, arch="mha", sm=100,
+                             architecture="GptOssForCausalLM")
+    assert [p.kind for p in problems("0.5.3", "--attention-backend", "fa4")] == ["model"]
+    assert problems("0.5.3", "--attention-backend", "fa4")[0].source == (
+        "sglang/srt/server_args.py:742 (0.5.3)")
+    assert problems("0.5.3.post1", "--attention-backend", "fa4") == ()
+    assert problems("0.5.3", "--prefill-attention-backend", "flashinfer") == ()
+    assert [p.kind for p in problems("0.5.3.post1", "--prefill-attention-backend",
+                                     "flashinfer")] == ["model"]
+    assert problems("0.5.23", "--speculative-draft-attention-backend", "flashinfer") == ()
+
+
+def test_gpt_oss_allow_list_per_release() -> None:
+    out = check("0.5.17", "90", "--model-path", GPT_OSS, "--attention-backend", "flashinfer")
+    assert out["verdict"] == "remediated", out
+    finding = out["findings"][0]
+    assert finding["kind"] == "model"
+    assert "GptOssForCausalLM requires one of" in (finding["sglang_message"] or "")
+    assert finding["source"].startswith("sglang/srt/server_args.py:5334")
+    # ascend joined the list in 0.5.8 (server_args.py:1267).
+    assert check("0.5.8", "none", "--model-path", GPT_OSS,
+                 "--attention-backend", "ascend")["verdict"] == "ok"
+    old = check("0.5.7", "none", "--model-path", GPT_OSS, "--attention-backend", "ascend")
+    assert old["verdict"] == "remediated", old
+    assert old["findings"][0]["source"].startswith("sglang/srt/server_args.py:1173")
+    split = check("0.5.17", "90", "--model-path", GPT_OSS, "--decode-attention-backend",
+                  "flashinfer")
+    assert split["findings"][0]["flag"] == "--decode-attention-backend"
+    for backend in ("triton", "fa3"):
+        assert check("0.5.17", "90", "--model-path", GPT_OSS,
+                     "--attention-backend", backend)["verdict"] == "ok"
