@@ -18,6 +18,8 @@ from click.testing import CliRunner
 from sglang_guard.cli import main
 from sglang_guard.core.compat import Problem, check_backend
 from sglang_guard.core.compat_table import load_raw_table
+from sglang_guard.core.releases import load_release
+from sglang_guard.core.rules import MatchContext, Matcher, first_fix, load_default_pack
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = str(REPO / "configs" / "models" / "tiny-llama")
@@ -158,3 +160,21 @@ def test_gpt_oss_allow_list_per_release() -> None:
     for backend in ("triton", "fa3"):
         assert check("0.5.17", "90", "--model-path", GPT_OSS,
                      "--attention-backend", backend)["verdict"] == "ok"
+
+
+def test_cutlass_mla_kernel_message_has_a_rule() -> None:
+    """The kernel's message (198 s into a launch on the H200) drops the flag, on the releases
+    that offer cutlass_mla; another flag's value is left alone."""
+    matcher = Matcher([load_default_pack()])
+    line = ("RuntimeError: cutlass_mla_decode is only supported on compute capability 10.0, "
+            "but found sm version 90")
+    table = load_release("0.5.17").options
+    flags: dict[str, str | None] = {"--attention-backend": "cutlass_mla"}
+    fix = first_fix(matcher, line, MatchContext(flags, "mla", 90, "0.5.17", table), {})[0]
+    assert fix is not None and fix.rule.id == "cutlass-mla-requires-sm100"
+    assert (fix.action, fix.flag, fix.old_value) == ("drop_flag", "--attention-backend",
+                                                     "cutlass_mla")
+    split: dict[str, str | None] = {"--attention-backend": "fa3",
+                                    "--decode-attention-backend": "cutlass_mla"}
+    fix = first_fix(matcher, line, MatchContext(split, "mla", 90, "0.5.17", table), {})[0]
+    assert fix is not None and fix.flag == "--decode-attention-backend"
