@@ -32,9 +32,8 @@ import re
 import sys
 import tomllib
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from packaging.version import Version
 
@@ -44,6 +43,9 @@ REPO = Path(__file__).resolve().parent.parent
 TABLE = REPO / "configs" / "backends.toml"
 LINES = REPO / "configs" / "sglang" / "constraint-lines.json"
 MODEL_LISTS = REPO / "configs" / "sglang" / "model-backends.json"
+KV4 = REPO / "configs" / "sglang" / "kv4.json"
+_KV4_DEF = re.compile(r"def _?handle_kv4_compatibility\(")
+_KV4_DTYPES = re.compile(r"kv_cache_dtype (?:not in (\([^)]*\))|!= (\"[^\"]+\"))")
 RELEASES = REPO / "configs" / "sglang" / "releases.txt"
 BACKEND_LISTS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
 
@@ -75,8 +77,7 @@ def source_files(wheel: Path) -> dict[str, str]:
                 and not n.startswith(NOT_SERVER)}
 
 
-@dataclass(frozen=True)
-class Release:
+class Release(NamedTuple):
     """One release's source, for the evidence and message tests."""
 
     version: str
@@ -253,6 +254,58 @@ def model_lists(doc: dict[str, Any], rels: list[Release]) -> dict[str, list[list
     return out
 
 
+def _line(raw: str, at: int) -> int:
+    return raw.count("\n", 0, at) + 1
+
+
+def kv4_at(files: dict[str, str], spec: dict[str, Any]) -> dict[str, Any] | None:
+    """One release's FP4 KV cache checks (its handle_kv4_compatibility), or None."""
+    for path, raw in files.items():
+        m = _KV4_DEF.search(raw)
+        if m is None:
+            continue
+        end = raw.find("\n    def ", m.end())
+        end2 = raw.find("\ndef ", m.end())
+        stop = min(x for x in (end, end2, len(raw)) if x > 0)
+        body = raw[m.start():stop]
+        d = _KV4_DTYPES.search(body)
+        if d is None:
+            return None
+        dtypes = [str(x) for x in ast.literal_eval(d.group(1))] if d.group(1) else [
+            ast.literal_eval(d.group(2))]
+        out: dict[str, Any] = {"dtypes": dtypes, "lists": {}}
+        sm = body.find(spec["sm_message"])
+        if sm >= 0:
+            out["sm"] = f"{path}:{_line(raw, m.start() + sm)}"
+        for arch, start in (("mla", spec["mla_list"]), ("mha", spec["mha_list"])):
+            at = body.find(start)
+            if at < 0:
+                continue
+            lo = at + len(start) - 1
+            hi = body.index("]", lo)
+            out["lists"][arch] = [[str(v) for v in ast.literal_eval(body[lo:hi + 1])],
+                                  f"{path}:{_line(raw, m.start() + lo)}"]
+        return out
+    return None
+
+
+def kv4_runs(doc: dict[str, Any], rels: list[Release]) -> list[list[Any]]:
+    """[[first, last, checks], ...] over releases with the same KV4 checks."""
+    spec = doc.get("kv4")
+    if spec is None:
+        return []
+    out: list[list[Any]] = []
+    for r in rels:
+        found = kv4_at(r.files, spec)
+        if found is None:
+            continue
+        if out and out[-1][2] == found:
+            out[-1][1] = r.version
+        else:
+            out.append([r.version, r.version, found])
+    return out
+
+
 def dump_lines(lines: dict[str, list[list[str]]]) -> str:
     """constraint-lines.json as shipped: one constraint a line."""
     body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}"
@@ -301,6 +354,9 @@ def main() -> int:
         TABLE.write_text(write(TABLE.read_text(encoding="utf-8"), specs), encoding="utf-8")
         LINES.write_text(dump_lines(lines), encoding="utf-8")
         MODEL_LISTS.write_text(dump_lines(model_lists(doc, rels)), encoding="utf-8")
+        KV4.write_text("[\n" + ",\n".join(json.dumps(run, separators=(",", ":"))
+                                           for run in kv4_runs(doc, rels)) + "\n]\n",
+                       encoding="utf-8")
     return 0
 
 

@@ -178,3 +178,55 @@ def test_cutlass_mla_kernel_message_has_a_rule() -> None:
                                     "--decode-attention-backend": "cutlass_mla"}
     fix = first_fix(matcher, line, MatchContext(split, "mla", 90, "0.5.17", table), {})[0]
     assert fix is not None and fix.flag == "--decode-attention-backend"
+
+
+@pytest.mark.parametrize(("release", "sm", "model", "flags", "changed"), [
+    # nvfp4 KV needs SM10x or SM12x (0.5.17 server_args.py:5866).
+    ("0.5.17", "90", LLAMA, ("--kv-cache-dtype", "nvfp4"), "--kv-cache-dtype"),
+    ("0.5.17", "120", LLAMA, ("--kv-cache-dtype", "nvfp4"), None),
+    ("0.5.17", "100", LLAMA, ("--kv-cache-dtype", "nvfp4"), None),
+    # fp4_mx_block16 has no SM check of its own.
+    ("0.5.17", "90", LLAMA, ("--kv-cache-dtype", "fp4_mx_block16",
+                             "--attention-backend", "triton"), None),
+    # One backend on both sides must be on the arch's KV4 list.
+    ("0.5.17", "100", LLAMA, ("--kv-cache-dtype", "nvfp4", "--attention-backend",
+                              "flashinfer"), "--attention-backend"),
+    ("0.5.17", "100", DSV3, ("--kv-cache-dtype", "nvfp4", "--attention-backend",
+                             "flashmla"), "--attention-backend"),
+    ("0.5.17", "100", DSV3, ("--kv-cache-dtype", "nvfp4", "--attention-backend",
+                             "trtllm_mla"), None),
+    # cutlass_mla left the MLA list with the backend (0.5.19 has it, 0.5.20 no longer).
+    ("0.5.19", "100", DSV3, ("--kv-cache-dtype", "nvfp4", "--attention-backend",
+                             "cutlass_mla"), None),
+    # Before 0.5.16 the KV4 dtype was fp4_e2m1, and flashmla was on the MLA list.
+    ("0.5.10", "100", DSV3, ("--kv-cache-dtype", "fp4_e2m1", "--attention-backend",
+                             "flashmla"), None),
+    ("0.5.10", "100", LLAMA, ("--kv-cache-dtype", "fp4_e2m1", "--attention-backend",
+                              "flashinfer"), "--attention-backend"),
+    # Split backends: SGLang only warns, so nothing changes.
+    ("0.5.17", "100", LLAMA, ("--kv-cache-dtype", "nvfp4", "--prefill-attention-backend",
+                              "flashinfer", "--decode-attention-backend", "trtllm_mha"), None),
+])
+def test_fp4_kv_cache_checks_per_release(release: str, sm: str, model: str,
+                                         flags: tuple[str, ...], changed: str | None) -> None:
+    argv = ["--model-path", model, *flags]
+    out = check(release, sm, *argv)
+    if changed is None:
+        assert (out["verdict"], out["argv_out"]) == ("ok", argv), out
+        return
+    assert out["verdict"] == "remediated", out
+    finding = next(f for f in out["findings"] if f["flag"] == changed)
+    assert finding["action"] == "drop"
+    assert finding["source"].endswith(f"({release})")
+    assert changed not in out["argv_out"]
+
+
+def test_fp4_kv_backend_off_the_list_is_rewritten_to_a_listed_one_under_rewrite() -> None:
+    res = CliRunner().invoke(main, ["check", "--json", "--policy", "rewrite", "--gpu-sm", "100",
+                                    "--sglang-version", "0.5.17", "--", "--model-path", LLAMA,
+                                    "--kv-cache-dtype", "nvfp4", "--attention-backend",
+                                    "flashinfer"], catch_exceptions=False)
+    out = json.loads(res.stdout)
+    finding = out["findings"][0]
+    assert (finding["action"], finding["new_value"]) == ("rewrite", "triton"), out
+    assert "KV4 MHA expects attention_backend to be one of" in finding["sglang_message"]

@@ -10,6 +10,7 @@ the evidence (or the message).
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 import tomllib
@@ -72,6 +73,9 @@ def test_every_written_range_is_what_the_wheels_say(releases: list[Any]) -> None
     assert ranges.LINES.read_text(encoding="utf-8") == ranges.dump_lines(lines)
     assert ranges.MODEL_LISTS.read_text(encoding="utf-8") == ranges.dump_lines(
         ranges.model_lists(doc, releases))
+    kv4 = json.loads(ranges.KV4.read_text(encoding="utf-8"))
+    assert kv4 == ranges.kv4_runs(doc, releases)
+    assert kv4, "no release's KV4 checks were read"
 
 
 def test_evidence_ranges_cover_every_release_that_has_the_backend(

@@ -28,6 +28,7 @@ __all__ = [
     "Problem",
     "best_fit",
     "check_backend",
+    "check_kv4",
     "load_default_table",
     "parse_table",
 ]
@@ -316,6 +317,44 @@ def _model_list_problems(table: CompatTable, flag: str, value: str, slot: str,
             sglang_message=_fill(entry.message, supported_backends=list(entry.allowed)),
             source=f"{entry.source} ({table.sglang_version})", fatal=True))
     return out
+
+
+def check_kv4(table: CompatTable, *, kv: str | None, arch: str, sm: int | None,
+              backends: dict[str, str | None]) -> tuple[Problem, ...]:
+    """SGLang's FP4 KV cache checks for this command line (its handle_kv4_compatibility).
+
+    `backends`: the values of BACKEND_FLAGS on the command line (None: absent). The backend
+    list is checked only where SGLang's own test is sure to see one backend on both sides:
+    --attention-backend given, neither split flag, and not fa4.
+    """
+    rules = table.kv4
+    if rules is None or kv is None or kv not in rules.dtypes:
+        return ()
+    release = table.sglang_version
+    out: list[Problem] = []
+    if (rules.sm_source and kv == rules.sm_dtype and sm is not None and sm != 0
+            and not _in(sm, rules.sms)):
+        out.append(Problem(
+            flag="--kv-cache-dtype", value=kv, kind="gpu",
+            reason=f"--kv-cache-dtype {kv} needs {_sm_text(rules.sms)}; this GPU is SM{sm}",
+            sglang_message=rules.sm_message, source=f"{rules.sm_source} ({release})",
+            fatal=True))
+    value = backends.get("--attention-backend")
+    split = backends.get("--prefill-attention-backend") or backends.get(
+        "--decode-attention-backend")
+    if value is None or split or value == "fa4" or arch not in ("mla", "mha"):
+        return tuple(out)
+    for list_arch, names, source in rules.lists:
+        if list_arch != arch or value in names:
+            continue
+        message = dict(rules.messages).get(arch)
+        out.append(Problem(
+            flag="--attention-backend", value=value, kind="kv_cache_dtype",
+            reason=(f"with --kv-cache-dtype {kv}, SGLang {release} takes only "
+                    f"{', '.join(names)} for {_ARCH_TEXT[arch]} models"),
+            sglang_message=_fill(message, choices=list(names), value=value),
+            source=f"{source} ({release})", fatal=True))
+    return tuple(out)
 
 
 def _preference(table: CompatTable, arch: str, sm: int | None) -> Preference | None:

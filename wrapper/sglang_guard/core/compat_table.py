@@ -98,6 +98,19 @@ class ModelList:
 
 
 @dataclass(frozen=True, slots=True)
+class Kv4:
+    """SGLang's FP4 KV cache checks (handle_kv4_compatibility) as one release has them."""
+
+    sm_message: str
+    sm_dtype: str
+    sms: Ranges
+    messages: tuple[tuple[str, str], ...]  # (arch, message template)
+    dtypes: tuple[str, ...] = ()  # the KV dtypes the checks are for in the release
+    sm_source: str | None = None  # None: the release has no SM check
+    lists: tuple[tuple[str, tuple[str, ...], str], ...] = ()  # (arch, backends, source)
+
+
+@dataclass(frozen=True, slots=True)
 class Preference:
     """Ordered replacement candidates for some archs on some GPUs."""
 
@@ -124,6 +137,7 @@ class CompatTable:
     # As written: the models with allow-lists; for a release, each with that release's list
     # (configs/sglang/model-backends.json), and only where that release has one.
     model_lists: tuple[ModelList, ...] = ()
+    kv4: Kv4 | None = None  # as written: the spec; for a release: its checks (or None)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -166,7 +180,7 @@ class CompatTable:
             for run in lists.get(m.architecture, ())
             if Version(run[0]) <= version <= Version(run[1]))
         return replace(self, sglang_version=release, backends=tuple(keep), preferences=prefs,
-                       model_lists=models)
+                       model_lists=models, kv4=_kv4_for(self.kv4, version))
 
 
 def _holds(spec: str, version: Version) -> bool:
@@ -205,6 +219,29 @@ def _cite(runs: Iterable[list[str]], version: Version) -> str | None:
         if Version(first) <= version <= Version(last):
             return cite
     return None
+
+
+def _kv4_for(spec: Kv4 | None, version: Version) -> Kv4 | None:
+    """The release's KV4 checks (configs/sglang/kv4.json), or None where it has none."""
+    if spec is None:
+        return None
+    for first, last, found in _json_config("kv4.json", []):
+        if Version(first) <= version <= Version(last):
+            return replace(spec, dtypes=tuple(found["dtypes"]), sm_source=found.get("sm"),
+                           lists=tuple((arch, tuple(names), src)
+                                       for arch, (names, src) in found["lists"].items()))
+    return None
+
+
+_JSON: dict[str, Any] = {}
+
+
+def _json_config(name: str, empty: Any) -> Any:
+    """configs/sglang/NAME (tools/constraint_ranges.py), read once; `empty` when absent."""
+    if name not in _JSON:
+        path = config_path("sglang", name)
+        _JSON[name] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else empty
+    return _JSON[name]
 
 
 _LISTS: list[dict[str, list[list[Any]]]] = []
@@ -364,6 +401,7 @@ def parse_table(text: str, path: str) -> CompatTable:
     backends = root.table("backends", required=True)
     prefs = root.get("rewrite_preference", list, required=True)
     lists = root.get("model_backends", list) or []
+    kv4 = root.table("kv4") if "kv4" in root.data else None
     table = CompatTable(
         sglang_version=meta.must("sglang_version"),
         sources=meta.strings("sources", required=True) or (),
@@ -382,6 +420,10 @@ def parse_table(text: str, path: str) -> CompatTable:
         model_lists=tuple(
             ModelList(architecture=m.must("architecture"), message=m.must("message"))
             for m in (root.child(f"model_backends[{i}]", t) for i, t in enumerate(lists))),
+        kv4=None if kv4 is None else Kv4(
+            sm_message=kv4.must("sm_message"), sm_dtype=kv4.must("sm_dtype"),
+            sms=_ranges(kv4, "sms"),
+            messages=(("mla", kv4.must("mla_message")), ("mha", kv4.must("mha_message")))),
     )
     _cross_check(root, table)
     return table
