@@ -230,3 +230,25 @@ def test_fp4_kv_backend_off_the_list_is_rewritten_to_a_listed_one_under_rewrite(
     finding = out["findings"][0]
     assert (finding["action"], finding["new_value"]) == ("rewrite", "triton"), out
     assert "KV4 MHA expects attention_backend to be one of" in finding["sglang_message"]
+
+
+def test_dsa_needs_a_dsa_checkpoint(tmp_path: Path) -> None:
+    """is_deepseek_dsa (model_config.py) asks for index_topk; a plain DeepSeek-V3 fails
+    "DSA backend only supports DeepSeek DSA" (dsa_backend.py:311 in 0.5.17)."""
+    plain = check("0.5.17", "90", "--model-path", DSV3, "--attention-backend", "dsa")
+    finding = plain["findings"][0]
+    assert (finding["kind"], finding["action"]) == ("model_field", "drop"), plain
+    assert finding["source"] == "sglang/srt/layers/attention/dsa_backend.py:311 (0.5.17)"
+    assert finding["sglang_message"] == "DSA backend only supports DeepSeek DSA"
+    config = json.loads((Path(DSV3) / "config.json").read_text(encoding="utf-8"))
+    (tmp_path / "config.json").write_text(json.dumps({**config, "index_topk": 2048}),
+                                          encoding="utf-8")
+    dsa = check("0.5.17", "90", "--model-path", str(tmp_path), "--attention-backend", "dsa")
+    assert dsa["verdict"] == "ok", dsa
+
+
+def test_dual_chunk_backend_keeps_a_model_that_has_its_config() -> None:
+    qwen = str(REPO / "tests" / "data" / "documented-models" / "qwen2.5-14b-instruct-1m")
+    out = check("0.5.17", "90", "--model-path", qwen, "--attention-backend",
+                "dual_chunk_flash_attn")
+    assert out["verdict"] == "ok", out

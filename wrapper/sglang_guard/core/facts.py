@@ -9,6 +9,12 @@ AttentionArch = Literal["mla", "mha", "ssm", "unknown"]
 ATTENTION_ARCHS: tuple[AttentionArch, ...] = ("mla", "mha", "ssm", "unknown")
 
 
+# The config.json fields a backend needs (configs/backends.toml, kind model_field):
+# dual_chunk_flash_attn reads dual_chunk_attention_config, dsa needs index_topk (a DSA
+# checkpoint: is_deepseek_dsa, configs/model_config.py).
+CONFIG_FIELDS = ("dual_chunk_attention_config", "index_topk")
+
+
 @dataclass(frozen=True, slots=True)
 class ModelShape:
     """The config.json numbers the size checks read (SGLang's hf_text_config), None when absent."""
@@ -22,8 +28,9 @@ class ModelShape:
     context_length: int | None = None
     quant_method: str | None = None  # quantization_config.quant_method, lower-cased
     weight_block_size: tuple[int, int] | None = None  # quantization_config.weight_block_size
-    # hf_config has dual_chunk_attention_config (the dual_chunk_flash_attn backend needs it).
-    dual_chunk_attention: bool | None = None
+    # Which of CONFIG_FIELDS the config has, not null (backends that need one: the backend
+    # table's model_field checks); None: not read.
+    config_fields: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The JSON shape (facts cache, `check --json`)."""
@@ -35,8 +42,11 @@ class ModelShape:
         if data is None:
             return None
         block = data.get("weight_block_size")
+        fields = data.get("config_fields")
         return cls(**{**data, "weight_block_size":  # type: ignore[arg-type]
-                      tuple(block) if isinstance(block, list | tuple) else None})
+                      tuple(block) if isinstance(block, list | tuple) else None,
+                      "config_fields": tuple(fields) if isinstance(fields, list | tuple)
+                      else None})
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,10 +166,9 @@ def _renamed(f: RenameFinding, action: Action) -> Finding:
 
 def _fields(facts: ModelFacts) -> frozenset[str] | None:
     """The config fields the backend table asks about that the model has (None: not read)."""
-    if facts.shape is None or facts.shape.dual_chunk_attention is None:
+    if facts.shape is None or facts.shape.config_fields is None:
         return None
-    return frozenset({"dual_chunk_attention_config"} if facts.shape.dual_chunk_attention
-                     else ())
+    return frozenset(facts.shape.config_fields)
 
 
 def _sm(gpu: GpuFacts) -> int | None:
