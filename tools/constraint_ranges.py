@@ -277,6 +277,9 @@ def kv4_at(files: dict[str, str], spec: dict[str, Any]) -> dict[str, Any] | None
         sm = body.find(spec["sm_message"])
         if sm >= 0:
             out["sm"] = f"{path}:{_line(raw, m.start() + sm)}"
+        prefill = nvfp4_prefill_at(files, spec)
+        if prefill is not None:
+            out["nvfp4_prefill"] = prefill
         for arch, start in (("mla", spec["mla_list"]), ("mha", spec["mha_list"])):
             at = body.find(start)
             if at < 0:
@@ -285,6 +288,26 @@ def kv4_at(files: dict[str, str], spec: dict[str, Any]) -> dict[str, Any] | None
             hi = body.index("]", lo)
             out["lists"][arch] = [[str(v) for v in ast.literal_eval(body[lo:hi + 1])],
                                   f"{path}:{_line(raw, m.start() + lo)}"]
+        return out
+    return None
+
+
+def nvfp4_prefill_at(files: dict[str, str], spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The release's NVFP4 prefill resolution (handle_nvfp4_prefill_kv_dequant_dtype): the
+    prefill backend of each dequant dtype and the lines of its three refusals; None if none."""
+    start = spec["prefill_map"]
+    for path, raw in files.items():
+        at = raw.find(start)
+        if at < 0:
+            continue
+        lo = at + len(start) - 1
+        mapping = ast.literal_eval(raw[lo:raw.index("}", lo) + 1])
+        out: dict[str, Any] = {"backends": {str(k): str(v) for k, v in mapping.items()}}
+        for key in ("neither", "sm100", "decode"):
+            message = spec[f"prefill_{key}"]
+            if message not in normalise(raw):
+                return None
+            out[key] = f"{path}:{_line(raw, raw.find(message[:24]))}"
         return out
     return None
 

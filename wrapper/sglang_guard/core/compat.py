@@ -12,6 +12,7 @@ from sglang_guard.core.compat_table import (
     Backend,
     CompatTable,
     Constraint,
+    Kv4,
     Preference,
     load_default_table,
     parse_table,
@@ -339,6 +340,12 @@ def check_kv4(table: CompatTable, *, kv: str | None, arch: str, sm: int | None,
             reason=f"--kv-cache-dtype {kv} needs {_sm_text(rules.sms)}; this GPU is SM{sm}",
             sglang_message=rules.sm_message, source=f"{rules.sm_source} ({release})",
             fatal=True))
+    if out:
+        return tuple(out)  # the dtype goes: what follows is moot
+    if kv == rules.sm_dtype and rules.prefill_backends:
+        # SGLang resolves NVFP4's prefill and decode backends itself (then split: the
+        # KV4 lists below only warn there).
+        return tuple(_nvfp4_prefill(rules, release, sm, backends))
     value = backends.get("--attention-backend")
     split = backends.get("--prefill-attention-backend") or backends.get(
         "--decode-attention-backend")
@@ -355,6 +362,39 @@ def check_kv4(table: CompatTable, *, kv: str | None, arch: str, sm: int | None,
             sglang_message=_fill(message, choices=list(names), value=value),
             source=f"{source} ({release})", fatal=True))
     return tuple(out)
+
+
+def _nvfp4_prefill(rules: Kv4, release: str, sm: int | None,
+                   backends: dict[str, str | None]) -> list[Problem]:
+    """handle_nvfp4_prefill_kv_dequant_dtype: the explicit prefill (else attention) backend
+    must give a dequant dtype; native NVFP4 prefill needs SM10x; decode must be trtllm_mha."""
+    by_backend = {b: d for d, b in rules.prefill_backends}
+    sources, messages = dict(rules.prefill_sources), dict(rules.prefill_messages)
+    out: list[Problem] = []
+
+    def problem(flag: str, value: str, key: str, reason: str) -> Problem:
+        return Problem(flag=flag, value=value, kind="kv_cache_dtype", reason=reason,
+                       sglang_message=messages.get(key), source=f"{sources[key]} ({release})",
+                       fatal=True)
+
+    flag = ("--prefill-attention-backend" if backends.get("--prefill-attention-backend")
+            else "--attention-backend")
+    explicit = backends.get(flag)
+    if explicit is not None:
+        dtype = by_backend.get(explicit)
+        if dtype is None:
+            out.append(problem(flag, explicit, "neither", (
+                f"with --kv-cache-dtype nvfp4, SGLang {release} prefills only on "
+                f"{' or '.join(by_backend)} (an FP8 workspace or native NVFP4)")))
+        elif dtype == "nvfp4" and sm is not None and sm != 0 and not 100 <= sm <= 109:
+            out.append(problem(flag, explicit, "sm100", (
+                f"{explicit} prefills NVFP4 natively, which SGLang {release} runs on SM100 "
+                f"only; this GPU is SM{sm}")))
+    decode = backends.get("--decode-attention-backend")
+    if decode is not None and decode != "trtllm_mha":
+        out.append(problem("--decode-attention-backend", decode, "decode", (
+            f"with --kv-cache-dtype nvfp4, SGLang {release} decodes on trtllm_mha only")))
+    return out
 
 
 def _preference(table: CompatTable, arch: str, sm: int | None) -> Preference | None:

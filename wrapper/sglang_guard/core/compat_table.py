@@ -108,6 +108,11 @@ class Kv4:
     dtypes: tuple[str, ...] = ()  # the KV dtypes the checks are for in the release
     sm_source: str | None = None  # None: the release has no SM check
     lists: tuple[tuple[str, tuple[str, ...], str], ...] = ()  # (arch, backends, source)
+    # NVFP4 prefill resolution (0.5.21 on): message templates from the spec, and per
+    # release the prefill backend of each dequant dtype and the file:line of each refusal.
+    prefill_messages: tuple[tuple[str, str], ...] = ()  # (neither | sm100 | decode, text)
+    prefill_backends: tuple[tuple[str, str], ...] = ()  # (dequant dtype, prefill backend)
+    prefill_sources: tuple[tuple[str, str], ...] = ()  # (neither | sm100 | decode, cite)
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,9 +232,13 @@ def _kv4_for(spec: Kv4 | None, version: Version) -> Kv4 | None:
         return None
     for first, last, found in _json_config("kv4.json", []):
         if Version(first) <= version <= Version(last):
+            prefill = found.get("nvfp4_prefill") or {}
             return replace(spec, dtypes=tuple(found["dtypes"]), sm_source=found.get("sm"),
                            lists=tuple((arch, tuple(names), src)
-                                       for arch, (names, src) in found["lists"].items()))
+                                       for arch, (names, src) in found["lists"].items()),
+                           prefill_backends=tuple(prefill.get("backends", {}).items()),
+                           prefill_sources=tuple((k, prefill[k]) for k in
+                                                 ("neither", "sm100", "decode") if k in prefill))
     return None
 
 
@@ -423,7 +432,9 @@ def parse_table(text: str, path: str) -> CompatTable:
         kv4=None if kv4 is None else Kv4(
             sm_message=kv4.must("sm_message"), sm_dtype=kv4.must("sm_dtype"),
             sms=_ranges(kv4, "sms"),
-            messages=(("mla", kv4.must("mla_message")), ("mha", kv4.must("mha_message")))),
+            messages=(("mla", kv4.must("mla_message")), ("mha", kv4.must("mha_message"))),
+            prefill_messages=tuple((k, kv4.must(f"prefill_{k}"))
+                                   for k in ("neither", "sm100", "decode"))),
     )
     _cross_check(root, table)
     return table

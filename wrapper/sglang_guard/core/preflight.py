@@ -270,7 +270,10 @@ def _add_kv4_findings(cl: CommandLine, options: OptionTable, compat: CompatTable
             continue
         dest = options.spec(p.flag).dest
         target = None
-        if p.flag == "--attention-backend" and mode == "rewrite" and compat.kv4 is not None:
+        lists_apply = compat.kv4 is not None and not (
+            kv == compat.kv4.sm_dtype and compat.kv4.prefill_backends)
+        if p.flag == "--attention-backend" and mode == "rewrite" and lists_apply \
+                and compat.kv4 is not None:
             listed = next((names for arch, names, _ in compat.kv4.lists
                            if arch == model.attention_arch), ())
             target = next((n for n in listed if n in compat.names and not any(
