@@ -58,6 +58,11 @@ class Constraint:
     # is not known, so the check warns (never drops, rewrites or refuses).
     unconfirmed: bool = False
     key: str = ""  # "backend[index]" in configs/backends.toml (the evidence lines' key)
+    # The code texts its evidence has (every one must be in a release's source), and whether
+    # it also names text the source must lack (which a joined source cannot confirm).
+    evidence: tuple[str, ...] = ()
+    evidence_lacks: bool = False
+    message_by: str | None = None  # "python" | "kernel": not SGLang's own text
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +321,9 @@ def _constraint(t: Table, key: str) -> Constraint:
         sglang=_specifier(t, "sglang"),
         said=_specifier(t, "said"),
         key=key,
+        evidence=tuple(str(e["has"]) for e in t.data.get("evidence", []) if "has" in e),
+        evidence_lacks=any("lacks" in e for e in t.data.get("evidence", [])),
+        message_by=t.text("message_by"),
     )
     if kind == "gpu" and not c.sms:
         raise t.fail("sms", "missing")
@@ -471,7 +479,12 @@ def confirmed_only(table: CompatTable, source: str | None) -> tuple[CompatTable,
         kept = []
         for c in b.constraints:
             total += 1
-            ok = source is not None and c.message is not None and holds(source, c.message)
+            said = c.message is not None and c.message_by is None
+            # The code that makes the line fail is still there (and nothing is asked absent).
+            coded = bool(c.evidence) and not c.evidence_lacks
+            ok = source is not None and (
+                (said and holds(source, c.message or ""))
+                or (coded and all(e in source for e in c.evidence)))
             confirmed += ok
             kept.append(c if ok else replace(c, fatal=False))
         backends.append(replace(b, constraints=tuple(kept)))
