@@ -301,3 +301,11 @@ def test_no_check_vanishes_silently_on_any_release() -> None:
 
 def _holds_spec(spec: str, release: str) -> bool:
     return not spec or SpecifierSet(spec).contains(release, prereleases=True)
+
+
+def test_a_cached_shape_from_another_guard_version_is_read() -> None:
+    from sglang_guard.core.facts import ModelShape  # noqa: PLC0415
+
+    shape = ModelShape.from_dict({"num_attention_heads": 4, "dual_chunk_attention": True,
+                                  "config_fields": ["index_topk"]})
+    assert shape is not None and shape.config_fields == ("index_topk",)

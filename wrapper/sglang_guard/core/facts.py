@@ -41,11 +41,13 @@ class ModelShape:
         """The inverse of as_dict (None stays None)."""
         if data is None:
             return None
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}  # another guard's cache entry
         block = data.get("weight_block_size")
-        fields = data.get("config_fields")
+        present = data.get("config_fields")
         return cls(**{**data, "weight_block_size":  # type: ignore[arg-type]
                       tuple(block) if isinstance(block, list | tuple) else None,
-                      "config_fields": tuple(fields) if isinstance(fields, list | tuple)
+                      "config_fields": tuple(present) if isinstance(present, list | tuple)
                       else None})
 
 

@@ -29,8 +29,8 @@ from sglang_guard.shell.files import read_bytes, write_atomic
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
-# 2: the model shape (heads, MLP widths, context, quantization); 3: config_fields
-_CACHE_VERSION = "3"
+# 2: the model shape (heads, MLP widths, context, quantization); 4: config_fields
+_CACHE_VERSION = "4"
 # SGLang's CONTEXT_LENGTH_KEYS (srt/utils/hf_transformers/common.py:668, 0.5.23): first found wins.
 _CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
                  "max_position_embeddings")
