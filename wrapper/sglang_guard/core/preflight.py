@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sglang_guard.core.argv import CommandLine
-from sglang_guard.core.compat import BACKEND_FLAGS, CompatTable, Problem, best_fit, check_backend
+from sglang_guard.core.compat import (
+    BACKEND_FLAGS,
+    CompatTable,
+    Problem,
+    best_fit,
+    check_backend,
+    check_kv4,
+)
 from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
@@ -89,7 +96,9 @@ def preflight(
             continue
         facts = (draft or model) if flag == DRAFT_FLAG else model
         problems = check_backend(compat, flag, occ.value, arch=facts.attention_arch,
-                                 sm=_sm(gpu), kv_cache_dtype=kv_dtype)
+                                 sm=_sm(gpu), kv_cache_dtype=kv_dtype,
+                                 model_fields=_fields(facts),
+                                 architecture=next(iter(facts.architectures), None))
         fatal = [p for p in problems if p.fatal]
         warnings += [f"{p.flag} {p.value}: {p.reason}" for p in problems if not p.fatal]
         if not fatal:
@@ -101,6 +110,7 @@ def preflight(
             edits.append(Edit(dest, "drop"))
         elif finding.action == "rewrite":
             edits.append(Edit(dest, "set", finding.new_value))
+    _add_kv4_findings(cl, options, compat, findings, edits, model=model, gpu=gpu, policy=policy)
     _add_size_findings(cl, options, findings, edits, model=model, gpu=gpu, policy=policy,
                        allow_longer_context=allow_longer_context)
     backend_dests = {options.spec(f).dest for f in BACKEND_FLAGS}
@@ -152,6 +162,13 @@ def _renamed(f: RenameFinding, action: Action) -> Finding:
     new = " ".join(new_tokens(f)) or None
     return Finding(flag=f.flag, value=f.value, action=action, new_value=new, reason=f.reason,
                    kind="renamed" if f.action == "rename" else "removed", source=f.source)
+
+
+def _fields(facts: ModelFacts) -> frozenset[str] | None:
+    """The config fields the backend table asks about that the model has (None: not read)."""
+    if facts.shape is None or facts.shape.config_fields is None:
+        return None
+    return frozenset(facts.shape.config_fields)
 
 
 def _sm(gpu: GpuFacts) -> int | None:
@@ -214,3 +231,59 @@ def _rewrite_target(
     if fit is None:
         return None, "no backend in the table is known to fit this model and GPU"
     return fit[0], f"rewritten to {fit[0]}: {fit[1]}"
+
+
+def _add_kv4_findings(cl: CommandLine, options: OptionTable, compat: CompatTable,
+                      findings: list[Finding], edits: list[Edit], *, model: ModelFacts,
+                      gpu: GpuFacts, policy: PolicyConfig) -> None:
+    """SGLang's FP4 KV cache checks (compat.check_kv4); a flag already judged is skipped.
+
+    An FP4 dtype the GPU cannot run is dropped (SGLang's default KV dtype); a backend off
+    SGLang's KV4 list is rewritten to the first listed one that fits, or dropped.
+    """
+    backends = {}
+    for flag in BACKEND_FLAGS:
+        occ = cl.last(options.spec(flag).dest) if flag in options.by_string else None
+        backends[flag] = occ.value if occ is not None else None
+    judged = {f.flag for f in findings}
+    kv = cl.value("kv_cache_dtype")
+    problems = check_kv4(compat, kv=kv, arch=model.attention_arch, sm=_sm(gpu),
+                         backends=backends)
+    if any(p.flag == "--kv-cache-dtype" for p in problems):
+        problems = tuple(p for p in problems if p.flag == "--kv-cache-dtype")
+    for p in problems:
+        if p.flag in judged:
+            continue
+        mode = policy.mode(p.flag)
+
+        def finding(action: Action, reason: str, new: str | None = None,
+                    p: Problem = p) -> Finding:
+            return Finding(flag=p.flag, value=p.value, action=action, new_value=new,
+                           reason=reason, kind=p.kind, source=p.source,
+                           sglang_message=p.sglang_message)
+
+        if mode == "fail":
+            findings.append(finding("refuse", p.reason))
+            continue
+        if mode == "warn":
+            findings.append(finding("warn", f"{p.reason} (policy warn: launched unchanged)"))
+            continue
+        dest = options.spec(p.flag).dest
+        target = None
+        lists_apply = compat.kv4 is not None and not (
+            kv == compat.kv4.sm_dtype and compat.kv4.prefill_backends)
+        if p.flag == "--attention-backend" and mode == "rewrite" and lists_apply \
+                and compat.kv4 is not None:
+            listed = next((names for arch, names, _ in compat.kv4.lists
+                           if arch == model.attention_arch), ())
+            target = next((n for n in listed if n in compat.names and not any(
+                q.fatal for q in check_backend(compat, p.flag, n, arch=model.attention_arch,
+                                               sm=_sm(gpu), kv_cache_dtype=kv))), None)
+        if target is not None:
+            findings.append(finding("rewrite", f"{p.reason}; rewritten to {target}, the first "
+                                    "of SGLang's list that fits", target))
+            edits.append(Edit(dest, "set", target))
+        else:
+            findings.append(finding("drop", f"{p.reason}; dropped so SGLang picks its own "
+                                    "default"))
+            edits.append(Edit(dest, "drop"))

@@ -21,7 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
-from sglang_guard.core.facts import ModelFacts, ModelShape
+from sglang_guard.core.facts import CONFIG_FIELDS, ModelFacts, ModelShape
 from sglang_guard.core.limits import MAX_JSON_BYTES, LimitError, check_json
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
@@ -29,7 +29,8 @@ from sglang_guard.shell.files import read_bytes, write_atomic
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
-_CACHE_VERSION = "2"  # 2: the model shape (heads, MLP widths, context, quantization)
+# 2: the model shape (heads, MLP widths, context, quantization); 4: config_fields
+_CACHE_VERSION = "4"
 # SGLang's CONTEXT_LENGTH_KEYS (srt/utils/hf_transformers/common.py:668, 0.5.23): first found wins.
 _CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
                  "max_position_embeddings")
@@ -344,6 +345,8 @@ def _shape(config: Any, text: Any) -> ModelShape:
         quant_method=method.lower() if isinstance(method, str) else None,
         weight_block_size=(int(block[0]), int(block[1]))
         if isinstance(block, list | tuple) and len(block) == 2 else None,
+        config_fields=tuple(f for f in CONFIG_FIELDS
+                            if _get(config, f) is not None or _get(text, f) is not None),
     )
 
 
