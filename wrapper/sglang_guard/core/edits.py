@@ -54,7 +54,9 @@ def _writer(table: OptionTable, edit: Edit) -> OptionSpec:
     `cuda_graph_backend_prefill` with three value-less aliases (`--disable-piecewise-cuda-graph`,
     ...; server_args.py:8797-8820), and the table's own pick for the dest is the last of them.
     """
-    spec = table.by_dest[edit.dest]
+    spec = table.get(edit.dest)
+    if spec is None:
+        raise ValueError(f"SGLang {table.sglang_version} has no option storing {edit.dest!r}")
     if edit.value is not None and not spec.takes_value:
         spec = next((o for o in table.options if o.dest == edit.dest and o.takes_value), spec)
     return spec

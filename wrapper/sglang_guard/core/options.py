@@ -65,11 +65,24 @@ class OptionTable:
     by_dest: Mapping[str, OptionSpec]
     allow_abbrev: bool = True
 
-    def spec(self, name: str) -> OptionSpec:
-        """The option with this exact spelling or dest; KeyError when SGLang has none."""
+    def get(self, name: str) -> OptionSpec | None:
+        """The option with this exact spelling or dest; None when this release has none
+        (an option a release lacks is a normal state: 0.5.1-0.5.6 have no draft backend)."""
         if name in self.by_string:
             return self.by_string[name]
-        return self.by_dest[name.lstrip("-").replace("-", "_")]
+        return self.by_dest.get(name.lstrip("-").replace("-", "_"))
+
+    def has(self, name: str) -> bool:
+        """True when this release has the option (spelling or dest)."""
+        return self.get(name) is not None
+
+    def spec(self, name: str) -> OptionSpec:
+        """The option with this exact spelling or dest; KeyError when SGLang has none.
+        Only for options every release has (`--model-path`); else use `get`."""
+        found = self.get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
 
     def lookup(self, token: str) -> Lookup:
         """Classify `token` exactly as Python 3.11's argparse `_parse_optional` does."""

@@ -83,8 +83,10 @@ def preflight(
     kv_dtype = cl.value("kv_cache_dtype")
     edits: list[Edit] = []
     for flag in BACKEND_FLAGS:
-        dest = options.spec(flag).dest
-        occ = cl.last(dest)
+        spec = options.get(flag)
+        if spec is None:  # a flag this release lacks: its parser rejects it (below)
+            continue
+        occ = cl.last(spec.dest)
         if occ is None or occ.value is None:
             continue
         facts = (draft or model) if flag == DRAFT_FLAG else model
@@ -98,12 +100,12 @@ def preflight(
                                 facts=facts, gpu=gpu, kv_dtype=kv_dtype)
         findings.append(finding)
         if finding.action == "drop":
-            edits.append(Edit(dest, "drop"))
+            edits.append(Edit(spec.dest, "drop"))
         elif finding.action == "rewrite":
-            edits.append(Edit(dest, "set", finding.new_value))
+            edits.append(Edit(spec.dest, "set", finding.new_value))
     _add_size_findings(cl, options, findings, edits, model=model, gpu=gpu, policy=policy,
                        allow_longer_context=allow_longer_context)
-    backend_dests = {options.spec(f).dest for f in BACKEND_FLAGS}
+    backend_dests = {s.dest for s in map(options.get, BACKEND_FLAGS) if s is not None}
     for occ in cl.occurrences:
         if occ.problem and (occ.spec is None or occ.spec.dest not in backend_dests):
             warnings.append(f"SGLang will reject this command line: {occ.problem}")
@@ -143,8 +145,9 @@ def _add_size_findings(cl: CommandLine, options: OptionTable, findings: list[Fin
                                 source=f"{item.cited} (line of 0.5.23; the same rule in "
                                        f"{item.check.releases})",
                                 sglang_message=item.sglang_message))
-        if action == "drop":
-            edits.append(Edit(options.spec(item.flag).dest, "drop"))
+        spec = options.get(item.flag)
+        if action == "drop" and spec is not None:
+            edits.append(Edit(spec.dest, "drop"))
 
 
 def _renamed(f: RenameFinding, action: Action) -> Finding:

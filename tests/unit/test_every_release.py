@@ -1,0 +1,149 @@
+"""`check` over every shipped release x a corpus of command lines: a decision or a clear input
+error, never an internal error (issue 19, item 1).
+
+The corpus covers every flag family the guard reads (attention/prefill/decode/draft/mm
+backends, KV dtypes, parallel sizes, speculative, quantization, memory, ports, `--config`
+YAML). Values come from the union of every release's own choice lists, so a value one
+release has and another lacks is met on both sides, plus spellings no release has.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sglang_guard.core.guardconfig import GuardConfig, with_overrides
+from sglang_guard.core.releases import known_releases, load_release
+from sglang_guard.errors import GuardError
+from sglang_guard.shell.inputs import prepare
+from sglang_guard.shell.whichrelease import Release
+from sglang_guard.ui import decision_json, render_decision
+
+from .conftest import write_deepseek_v3, write_llama
+
+BACKEND_DESTS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
+                 "speculative_draft_attention_backend", "mm_attention_backend")
+FLAG = {d: "--" + d.replace("_", "-") for d in BACKEND_DESTS}
+# Spellings no release has: a typo, an empty value, a value with a space.
+ALIENS = ("no_such_backend", "", "fa 3")
+
+
+def _union(dest: str) -> list[str]:
+    names: dict[str, None] = {}
+    for v in known_releases():
+        spec = load_release(v).options.get(dest)
+        if spec is not None and spec.choices:
+            names.update(dict.fromkeys(spec.choices))
+    return sorted(names)
+
+
+def _fixed_lines(model: str, draft: str, yaml_path: str) -> list[list[str]]:
+    """Command lines that do not depend on a release's choice lists."""
+    m = ["--model-path", model]
+    spec = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", draft,
+            "--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+            "--speculative-num-draft-tokens", "8"]
+    return [
+        m,
+        [*m, "--tp-size", "2"], [*m, "--tp", "3"], [*m, "--tp-size", "x"],
+        [*m, "--tp-size", "2", "--pp-size", "2", "--nnodes", "3"],
+        [*m, "--dp-size", "2", "--enable-dp-attention"], [*m, "--ep-size", "2"],
+        [*m, "--moe-dense-tp-size", "3", "--tp-size", "4"],
+        [*m, *spec], [*m, *spec, "--attention-backend", "trtllm_mha"],
+        [*m, *spec, "--page-size", "16", "--attention-backend", "flashmla"],
+        [*m, "--speculative-algorithm", "NEXTN"], [*m, "--speculative-algorithm", "bogus"],
+        [*m, "--quantization", "fp8"], [*m, "--quantization", "nvfp4_online"],
+        [*m, "--quantization", "not_a_method"], [*m, "--quantization", "w8a8_int8"],
+        [*m, "--mem-fraction-static", "0.8"], [*m, "--mem-fraction-static", "lots"],
+        [*m, "--max-total-tokens", "4096"], [*m, "--context-length", "1000000"],
+        [*m, "--chunked-prefill-size", "100", "--page-size", "64"],
+        [*m, "--port", "0"], [*m, "--port", "http"], [*m, "--host", "::1", "--port", "1"],
+        [*m, "--kv-cache-dtype"], [*m, "--attention-backend"],
+        [*m, "--attention-backendd", "triton"], [*m, "--attn", "triton"],
+        [*m, "--", "extra"], [*m, "stray"], [*m, "--trust-remote-code=yes"],
+        ["--config", yaml_path], [*m, "--config", yaml_path, "--attention-backend", "fa3"],
+        [*m, "--json-model-override-args", "{not json"],
+    ]
+
+
+def _lines(release: str, model: str, draft: str, yaml_path: str,
+           rng: random.Random) -> Iterator[list[str]]:
+    table = load_release(release).options
+    yield from _fixed_lines(model, draft, yaml_path)
+    for dest in BACKEND_DESTS:
+        spec = table.get(dest)
+        own = list(spec.choices or ()) if spec is not None else []
+        others = [n for n in _union(dest) if n not in own]
+        picks = own + rng.sample(others, min(3, len(others))) + list(ALIENS)
+        for value in picks:
+            line = ["--model-path", model, FLAG[dest], value]
+            if dest == "speculative_draft_attention_backend":
+                line += ["--speculative-algorithm", "EAGLE",
+                         "--speculative-draft-model-path", draft]
+            yield line
+    kv = table.get("kv_cache_dtype")
+    kv_values = list(kv.choices or ()) if kv is not None else []
+    kv_values += [n for n in ("fp4_e2m1", "nvfp4", "mxfp8", "fp8_e4m3", "bf16")
+                  if n not in kv_values]
+    attn = table.get("attention_backend")
+    backends = list(attn.choices or ()) if attn is not None else []
+    for value in kv_values:
+        yield ["--model-path", model, "--kv-cache-dtype", value]
+        for be in rng.sample(backends, min(2, len(backends))):
+            yield ["--model-path", model, "--kv-cache-dtype", value, "--attention-backend", be]
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, str]:
+    llama = write_llama(tmp_path_factory.mktemp("llama"))
+    dsv3 = write_deepseek_v3(tmp_path_factory.mktemp("dsv3"))
+    y = tmp_path_factory.mktemp("yaml") / "sglang.yaml"
+    y.write_text(yaml.safe_dump({"model-path": str(dsv3), "attention-backend": "flashmla",
+                                 "kv-cache-dtype": "fp8_e4m3", "tp-size": 2,
+                                 "speculative-draft-attention-backend": "fa3",
+                                 "enable-dp-attention": True}), encoding="utf-8")
+    return str(llama), str(dsv3), str(y)
+
+
+def _check(cfg: GuardConfig, argv: list[str], release: Release, state: Path) -> str:
+    """What `check` ends in: its verdict, or "input" for a one-line input error."""
+    try:
+        prepared = prepare(cfg.gpu_sm, cfg.policy, argv, str(state), release)
+    except GuardError as exc:
+        assert exc.exit_code in (2, 69, 78), (exc.exit_code, str(exc))
+        assert "\n" not in str(exc) and str(exc)
+        return "input"
+    decision, inputs = prepared.decision, prepared.inputs
+    assert decision is not None and inputs is not None
+    render_decision(decision, inputs)
+    decision_json(decision, inputs)
+    return decision.verdict
+
+
+@pytest.mark.parametrize("gpu_sm", ["90", "100"])
+def test_every_release_every_line_decides(models: tuple[str, str, str], gpu_sm: str,
+                                          tmp_path: Path) -> None:
+    llama, dsv3, yaml_path = models
+    outcomes: dict[str, int] = {}
+    failures: list[str] = []
+    for n, version in enumerate(known_releases()):
+        rng = random.Random(f"{version}-{gpu_sm}")  # noqa: S311 - reproducible picks
+        release = Release(load_release(version), "test")
+        for policy in (("drop", "fail") if n % 2 else ("rewrite", "warn")):
+            cfg = with_overrides(GuardConfig(), policy, gpu_sm)
+            model = llama if policy in ("drop", "rewrite") else dsv3
+            draft = dsv3 if model == llama else llama
+            for argv in _lines(version, model, draft, yaml_path, rng):
+                try:
+                    outcome = _check(cfg, argv, release, tmp_path)
+                except Exception as exc:  # what `check` turns into exit 70
+                    failures.append(f"{version} {policy} {argv}: {type(exc).__name__}: {exc}")
+                    continue
+                outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    assert not failures, f"{len(failures)} internal errors, e.g.\n" + "\n".join(failures[:10])
+    # The corpus reaches every outcome (a corpus that only ever passes proves nothing).
+    assert {"ok", "remediated", "refused", "input"} <= set(outcomes), outcomes
