@@ -9,9 +9,11 @@ release has and another lacks is met on both sides, plus spellings no release ha
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -147,3 +149,53 @@ def test_every_release_every_line_decides(models: tuple[str, str, str], gpu_sm: 
     assert not failures, f"{len(failures)} internal errors, e.g.\n" + "\n".join(failures[:10])
     # The corpus reaches every outcome (a corpus that only ever passes proves nothing).
     assert {"ok", "remediated", "refused", "input"} <= set(outcomes), outcomes
+
+
+def _cli(*args: str) -> tuple[int, dict[str, Any]]:
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from sglang_guard.cli import main  # noqa: PLC0415
+
+    res = CliRunner().invoke(main, ["check", "--json", "--gpu-sm", "90", *args],
+                             catch_exceptions=False)
+    return res.exit_code, json.loads(res.stdout)
+
+
+def test_an_old_release_without_the_draft_flag_decides(models: tuple[str, str, str]) -> None:
+    # 0.5.1-0.5.6.post2 have no --speculative-draft-attention-backend (was: KeyError, exit 70)
+    rc, out = _cli("--sglang-version", "0.5.3", "--", "--model-path", models[0],
+                   "--attention-backend", "triton")
+    assert (rc, out["verdict"], out["findings"]) == (0, "ok", [])
+
+
+@pytest.mark.parametrize(("version", "value", "kind"), [
+    ("0.5.23", "fp4_e2m1", "invalid_choice"),  # removed from the choices in 0.5.21
+    ("0.5.17", "fp4_e2m1", "renamed_value"),   # parsed, then raises at model load
+    ("0.5.15", "nvfp4", "invalid_choice"),
+    ("0.5.10", "mxfp8", "invalid_choice"),
+])
+def test_a_kv_dtype_the_release_rejects_follows_the_policy(
+        models: tuple[str, str, str], version: str, value: str, kind: str) -> None:
+    argv = ["--model-path", models[0], "--kv-cache-dtype", value]
+    rc, out = _cli("--sglang-version", version, "--", *argv)
+    assert (rc, out["verdict"], out["argv_out"]) == (1, "remediated", argv[:2])
+    assert [(f["kind"], f["action"]) for f in out["findings"]] == [(kind, "drop")]
+    assert value in out["findings"][0]["sglang_message"]
+    rc, out = _cli("--sglang-version", version, "--policy", "fail", "--", *argv)
+    assert (rc, out["verdict"]) == (78, "refused")
+    rc, out = _cli("--sglang-version", version, "--policy", "rewrite", "--", *argv)
+    renamed = value == "fp4_e2m1"  # SGLang's own successor (kv_cache_dtype.py:59, 0.5.16)
+    assert out["argv_out"] == ([*argv[:3], "fp4_mx_block16"] if renamed else argv[:2])
+
+
+@pytest.mark.parametrize("version", ["0.5.3", "0.5.14", "0.5.23"])
+@pytest.mark.parametrize(("extra", "needle"), [
+    (["--tp-size", "x"], "invalid int value: 'x'"),
+    (["--attention-backendd", "triton"], "unrecognized arguments: --attention-backendd triton"),
+    (["--port", "http"], "invalid int value: 'http'"),
+])
+def test_a_line_the_parser_rejects_is_rejected(models: tuple[str, str, str], version: str,
+                                               extra: list[str], needle: str) -> None:
+    rc, out = _cli("--sglang-version", version, "--", "--model-path", models[0], *extra)
+    assert (rc, out["verdict"]) == (2, "rejected")
+    assert needle in out["findings"][0]["sglang_message"]

@@ -114,10 +114,30 @@ def test_unknown_backend_name(options: OptionTable, compat: CompatTable) -> None
     assert not any("invalid choice" in w for w in d.warnings)
 
 
-def test_other_parse_problems_are_warnings(options: OptionTable, compat: CompatTable) -> None:
-    d = _run(options, compat, [*BASE, "--enable-dp"])
-    assert any("ambiguous option" in w for w in d.warnings)
-    assert d.verdict == "ok"
+@pytest.mark.parametrize(("extra", "problem"), [
+    (["--enable-dp"], "ambiguous option: --enable-dp could match"),
+    (["--tp-size", "x"], "argument --tp-size/--tensor-parallel-size: invalid int value: 'x'"),
+    (["--mem-fraction-static", "lots"], "invalid float value: 'lots'"),
+    (["--attention-backendd", "triton"], "unrecognized arguments: --attention-backendd triton"),
+    (["--tokenizer-mode", "fast"], "argument --tokenizer-mode: invalid choice: 'fast'"),
+    (["--trust-remote-code=no"], "ignored explicit argument 'no'"),
+])
+def test_other_parse_problems_are_rejected(options: OptionTable, compat: CompatTable,
+                                           extra: list[str], problem: str) -> None:
+    for policy in ("drop", "warn", "rewrite"):  # no policy launches what SGLang rejects
+        d = _run(options, compat, [*BASE, *extra], policy=PolicyConfig(policy))
+        assert d.verdict == "rejected"
+        assert list(d.argv_out) == [*BASE, *extra]
+        (f,) = [f for f in d.findings if f.kind == "parser"]
+        assert f.action == "refuse" and f.flag == extra[0].split("=")[0]
+        assert problem in f.reason and problem in (f.sglang_message or "")
+
+
+def test_unknown_option_names_the_closest(options: OptionTable, compat: CompatTable) -> None:
+    d = _run(options, compat, [*BASE, "--attention-backendd", "triton"])
+    assert "(did you mean --attention-backend?)" in d.findings[0].reason
+    assert d.findings[0].sglang_message == \
+        "error: unrecognized arguments: --attention-backendd triton"
 
 
 def test_a_flag_the_release_renamed_gets_its_new_spelling(options: OptionTable,

@@ -32,6 +32,11 @@ class OptionSpec:
     choices: tuple[str, ...] | None
     store_true: bool
     yaml: YamlKind
+    type: Literal["int", "float"] | None = None  # argparse `type=`: None takes any string
+    # The release's default (argparse's, read from its source); NO_DEFAULT where the table
+    # does not know it (not a scalar, or set by a custom Action).
+    default: Any = None
+    has_default: bool = False
 
     @property
     def canonical(self) -> str:
@@ -121,6 +126,9 @@ def parse_table(data: Mapping[str, Any], path: str) -> OptionTable:
                 choices=tuple(o["choices"]) if o["choices"] is not None else None,
                 store_true=bool(o["store_true"]),
                 yaml=o["yaml"],
+                type=o.get("type") if o.get("type") in ("int", "float") else None,
+                default=o.get("default"),
+                has_default="default" in o,
             )
             for o in data["options"]
         )

@@ -10,19 +10,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.compat import BACKEND_FLAGS, CompatTable, Problem, best_fit, check_backend
 from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.parsecheck import PARSER_SOURCE, rejections, sglang_error
 from sglang_guard.core.renames import RenameFinding
 from sglang_guard.core.sizes import check_sizes, policy_action
 from sglang_guard.core.spelling import new_tokens, respell
 
 Action = Literal["drop", "rewrite", "refuse", "warn"]
-Verdict = Literal["ok", "remediated", "refused"]
+# "rejected": the release's own parser rejects the command line (SGLang exits 2 on it).
+Verdict = Literal["ok", "remediated", "refused", "rejected"]
 DRAFT_FLAG = "--speculative-draft-attention-backend"
+# Value flags whose invalid choice the policy may drop (SGLang then picks its own default),
+# beyond the backend flags that core/compat.py judges.
+POLICY_CHOICE_FLAGS = ("--kv-cache-dtype", "--mm-attention-backend")
+# KV dtypes SGLang renamed: 0.5.16-0.5.20 still take the old value on the command line and
+# raise at model load ("--kv-cache-dtype=fp4_e2m1 is deprecated. Use
+# --kv-cache-dtype=fp4_mx_block16.", sglang/srt/mem_cache/kv_cache_dtype.py:59 of 0.5.16,
+# :67 of 0.5.20); 0.5.21 and later drop it from the choices. (value, new, raising releases)
+KV_RENAMED = (("fp4_e2m1", "fp4_mx_block16", ">=0.5.16,<=0.5.20",
+               "sglang/srt/mem_cache/kv_cache_dtype.py:59 (0.5.16; :67 in 0.5.20)"),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,23 +119,23 @@ def preflight(
             edits.append(Edit(spec.dest, "set", finding.new_value))
     _add_size_findings(cl, options, findings, edits, model=model, gpu=gpu, policy=policy,
                        allow_longer_context=allow_longer_context)
-    backend_dests = {s.dest for s in map(options.get, BACKEND_FLAGS) if s is not None}
-    for occ in cl.occurrences:
-        if occ.problem and (occ.spec is None or occ.spec.dest not in backend_dests):
-            warnings.append(f"SGLang will reject this command line: {occ.problem}")
+    _add_parser_findings(cl, options, findings, edits, policy)
+    _add_kv_deprecation(cl, options, findings, edits, policy)
     result = apply_edits(cl, options, edits, derived_dir)
     verdict: Verdict = "ok"
-    if any(f.action == "refuse" for f in findings):
+    if any(f.kind == "parser" for f in findings):
+        verdict = "rejected"
+    elif any(f.action == "refuse" for f in findings):
         verdict = "refused"
     elif result.argv != original.argv or result.derived_yaml is not None:
         verdict = "remediated"
     return Decision(
         verdict=verdict,
         argv_in=original.argv,
-        argv_out=original.argv if verdict == "refused" else result.argv,
+        argv_out=original.argv if verdict in ("refused", "rejected") else result.argv,
         findings=tuple(findings),
-        derived_yaml=None if verdict == "refused" else result.derived_yaml,
-        derived_path=None if verdict == "refused" else result.derived_path,
+        derived_yaml=None if verdict in ("refused", "rejected") else result.derived_yaml,
+        derived_path=None if verdict in ("refused", "rejected") else result.derived_path,
         warnings=tuple(dict.fromkeys(warnings)),
     )
 
@@ -148,6 +162,98 @@ def _add_size_findings(cl: CommandLine, options: OptionTable, findings: list[Fin
         spec = options.get(item.flag)
         if action == "drop" and spec is not None:
             edits.append(Edit(spec.dest, "drop"))
+
+
+def _add_parser_findings(cl: CommandLine, options: OptionTable, findings: list[Finding],
+                         edits: list[Edit], policy: PolicyConfig) -> None:
+    """What the release's parser rejects (core/parsecheck.py). An invalid choice of a backend
+    or KV-dtype flag follows the policy (the backend flags were judged above); anything else
+    is rejected: SGLang exits 2 on it before loading anything."""
+    found = rejections(cl, options)
+    message = sglang_error(found)
+    backend = {s.dest for s in map(options.get, BACKEND_FLAGS) if s is not None}
+    by_policy = {s.dest: s.canonical for s in map(options.get, POLICY_CHOICE_FLAGS) if s}
+    version = options.sglang_version
+    for r in found:
+        choice = r.dest is not None and "invalid choice" in r.problem
+        if choice and r.dest in backend:
+            continue  # check_backend judged it (kind unknown_backend)
+        hint = f" (did you mean {r.hint}?)" if r.hint else ""
+        base: dict[str, Any] = {"flag": r.flag, "value": r.value, "source": PARSER_SOURCE,
+                                "sglang_message": message}
+        if choice and r.dest in by_policy:
+            flag = by_policy[r.dest]
+            mode = policy.mode(flag)
+            why = f"SGLang {version}'s parser rejects it ({r.problem})"
+            renamed = _renamed_kv(r.value, options) if flag == "--kv-cache-dtype" else None
+            if mode == "rewrite" and renamed is not None:
+                findings.append(Finding(action="rewrite", new_value=renamed[0],
+                                        kind="invalid_choice",
+                                        reason=f"{why}; SGLang renamed {r.value} to "
+                                               f"{renamed[0]} ({renamed[1]})", **base))
+                edits.append(Edit(r.dest, "set", renamed[0]))
+                continue
+            if mode == "fail":
+                findings.append(Finding(action="refuse", new_value=None, reason=why,
+                                        kind="invalid_choice", **base))
+            elif mode == "warn":
+                findings.append(Finding(action="warn", new_value=None, kind="invalid_choice",
+                                        reason=f"{why} (policy warn: launched unchanged)",
+                                        **base))
+            else:
+                findings.append(Finding(action="drop", new_value=None, kind="invalid_choice",
+                                        reason=f"{why}; dropped so SGLang picks its own "
+                                               "default", **base))
+                edits.append(Edit(r.dest, "drop"))
+            continue
+        findings.append(Finding(action="refuse", new_value=None, kind="parser",
+                                reason=f"SGLang {version}'s parser rejects it: "
+                                       f"{r.problem}{hint}", **base))
+
+
+def _renamed_kv(value: str | None, options: OptionTable) -> tuple[str, str] | None:
+    """The renamed KV dtype of `value` when this release has it: (new value, source)."""
+    spec = options.get("kv_cache_dtype")
+    for old, new, _, source in KV_RENAMED:
+        if value == old and spec is not None and new in (spec.choices or ()):
+            return new, source
+    return None
+
+
+def _add_kv_deprecation(cl: CommandLine, options: OptionTable, findings: list[Finding],
+                        edits: list[Edit], policy: PolicyConfig) -> None:
+    """A KV dtype the release still parses but refuses at model load (KV_RENAMED)."""
+    occ = cl.last("kv_cache_dtype")
+    if occ is None or occ.value is None or occ.problem:
+        return
+    try:
+        release = Version(options.sglang_version)
+    except InvalidVersion:
+        return
+    for old, new, releases, source in KV_RENAMED:
+        if occ.value != old or release not in SpecifierSet(releases):
+            continue
+        flag = "--kv-cache-dtype"
+        mode = policy.mode(flag)
+        message = f"--kv-cache-dtype={old} is deprecated. Use --kv-cache-dtype={new}."
+        why = f"SGLang {options.sglang_version} takes {old} on its command line, then " \
+              f"raises at model load: {old} was renamed to {new}"
+        base: dict[str, Any] = {"flag": flag, "value": old, "kind": "renamed_value",
+                                "source": source, "sglang_message": message}
+        if mode == "fail":
+            findings.append(Finding(action="refuse", new_value=None, reason=why, **base))
+        elif mode == "warn":
+            findings.append(Finding(action="warn", new_value=None,
+                                    reason=f"{why} (policy warn: launched unchanged)", **base))
+        elif mode == "rewrite":
+            findings.append(Finding(action="rewrite", new_value=new,
+                                    reason=f"{why}; rewritten to {new}", **base))
+            edits.append(Edit("kv_cache_dtype", "set", new))
+        else:
+            findings.append(Finding(action="drop", new_value=None,
+                                    reason=f"{why}; dropped so SGLang picks its own default",
+                                    **base))
+            edits.append(Edit("kv_cache_dtype", "drop"))
 
 
 def _renamed(f: RenameFinding, action: Action) -> Finding:
