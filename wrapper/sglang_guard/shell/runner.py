@@ -14,7 +14,7 @@ from sglang_guard.core.options import OptionTable
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher
-from sglang_guard.errors import ConfigError, GuardError, Refused
+from sglang_guard.errors import ConfigError, GuardError, InputError, Refused
 from sglang_guard.shell.heap import trim_heap
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
 from sglang_guard.shell.journal import Journal
@@ -106,6 +106,11 @@ class Preflight:
         for finding in decision.findings:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,
                         action=finding.action, reason=finding.reason)
+        if decision.verdict == "rejected":  # SGLang's parser would exit 2: never launched
+            rejected = [f for f in decision.findings if f.kind == "parser"]
+            raise InputError(
+                f"SGLang {prepared.release.version}'s parser rejects the command line, not "
+                "launched: " + "; ".join(f"{f.flag}: {f.reason}" for f in rejected))
         if decision.verdict == "refused":
             refusals = [f for f in decision.findings if f.action == "refuse"]
             raise Refused("policy refused the command line: " + "; ".join(
@@ -132,7 +137,12 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                                           "set [sglang] python or version")
     preflight = Preflight(opts.state_dir, opts.preflight, journal, release,
                           observer=opts.observer)
-    first = preflight(cfg, opts.argv)
+    try:
+        first = preflight(cfg, opts.argv)
+    except GuardError as exc:  # refused or rejected before any launch: said in the journal
+        if journal is not None:
+            journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})
+        raise
     env = Env(options=first.options, matcher=Matcher(load_packs(cfg, first.options)),
               restart=cfg.restart, health=cfg.health, arch=first.arch, sm=first.sm,
               sglang_version=release.version,
