@@ -156,7 +156,8 @@ def _cli(*args: str) -> tuple[int, dict[str, Any]]:
 
     from sglang_guard.cli import main  # noqa: PLC0415
 
-    res = CliRunner().invoke(main, ["check", "--json", "--gpu-sm", "90", *args],
+    args = ("--gpu-sm", "90", *args) if "--gpu-sm" not in args else args
+    res = CliRunner().invoke(main, ["check", "--json", *args],
                              catch_exceptions=False)
     return res.exit_code, json.loads(res.stdout)
 
@@ -199,3 +200,27 @@ def test_a_line_the_parser_rejects_is_rejected(models: tuple[str, str, str], ver
     rc, out = _cli("--sglang-version", version, "--", "--model-path", models[0], *extra)
     assert (rc, out["verdict"]) == (2, "rejected")
     assert needle in out["findings"][0]["sglang_message"]
+
+
+@pytest.mark.parametrize("kv", [[], ["--kv-cache-dtype", "auto"]])
+def test_an_absent_kv_dtype_is_checked_as_the_releases_default(
+        models: tuple[str, str, str], kv: list[str]) -> None:
+    # SGLang 0.5.22 fails it: "tokenspeed_mla backend requires kv-cache-dtype=fp8_e4m3, got
+    # auto" (the default); the same decision with the default written out and left out.
+    argv = ["--model-path", models[1], "--attention-backend", "tokenspeed_mla", *kv]
+    rc, out = _cli("--sglang-version", "0.5.22", "--gpu-sm", "100", "--", *argv)
+    assert (rc, out["verdict"]) == (1, "remediated")
+    (f,) = out["findings"]
+    assert (f["flag"], f["action"], f["kind"]) == ("--attention-backend", "drop",
+                                                   "kv_cache_dtype")
+    assert f["sglang_message"].endswith("got auto.")
+    assert ("is SGLang 0.5.22's default" in f["reason"]) == (not kv)
+    rc, out = _cli("--sglang-version", "0.5.22", "--gpu-sm", "100", "--", *argv,
+                   "--kv-cache-dtype", "fp8_e4m3")
+    assert (rc, out["verdict"]) == (0, "ok")
+
+
+def test_every_release_table_knows_the_kv_default() -> None:
+    for version in known_releases():
+        spec = load_release(version).options.get("kv_cache_dtype")
+        assert spec is not None and (spec.has_default, spec.default) == (True, "auto"), version

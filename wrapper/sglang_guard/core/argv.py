@@ -264,6 +264,20 @@ def _bad_choice(spec: OptionSpec, values: tuple[str, ...]) -> str | None:
     return f"argument {_name(spec)}: invalid choice: {bad[0]!r} (choose from {choices})"
 
 
+def effective_value(cl: CommandLine, table: OptionTable, dest: str) -> tuple[str | None, bool]:
+    """The value SGLang's parser ends with for `dest`: the last occurrence's, else the
+    release's own default (from its table); and whether it is that default. None: unset and
+    no scalar default known (or the release has no such option)."""
+    occ = cl.last(dest)
+    if occ is not None:
+        return occ.value, False
+    spec = table.get(dest)
+    if spec is None or not spec.has_default or spec.default is None or spec.store_true:
+        return None, False
+    default = spec.default
+    return (str(default).lower() if isinstance(default, bool) else str(default)), True
+
+
 def remote_code_trust(cl: CommandLine) -> tuple[bool, str | None]:
     """Whether SGLang would run the model's own code: (trusted, why not, when it was asked).
 

@@ -7,13 +7,13 @@ the clock, the environment or the disk.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from sglang_guard.core.argv import CommandLine
+from sglang_guard.core.argv import CommandLine, effective_value
 from sglang_guard.core.compat import BACKEND_FLAGS, CompatTable, Problem, best_fit, check_backend
 from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.facts import GpuFacts, ModelFacts
@@ -94,7 +94,9 @@ def preflight(
     findings: list[Finding] = [_renamed(f, "refuse") for f in spelled.refused]
     findings += [_renamed(f, "drop" if f.action == "drop" else "rewrite")
                  for f in spelled.changes]
-    kv_dtype = cl.value("kv_cache_dtype")
+    # Defaults count (issue 19, item 2): an absent --kv-cache-dtype is checked as the
+    # release's default (`auto`), the string SGLang's own argument checks compare.
+    kv_dtype, kv_default = effective_value(cl, options, "kv_cache_dtype")
     edits: list[Edit] = []
     for flag in BACKEND_FLAGS:
         spec = options.get(flag)
@@ -112,6 +114,9 @@ def preflight(
             continue
         finding = _apply_policy(compat, policy, flag, occ.value, fatal,
                                 facts=facts, gpu=gpu, kv_dtype=kv_dtype)
+        if kv_default and any(p.kind == "kv_cache_dtype" for p in fatal):
+            finding = replace(finding, reason=f"{finding.reason} (--kv-cache-dtype is not "
+                              f"given: {kv_dtype} is SGLang {options.sglang_version}'s default)")
         findings.append(finding)
         if finding.action == "drop":
             edits.append(Edit(spec.dest, "drop"))
