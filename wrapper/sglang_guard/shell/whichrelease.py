@@ -13,9 +13,9 @@ from pathlib import Path
 
 from sglang_guard.core.msgsearch import NOT_SERVER, normalise
 from sglang_guard.core.releases import ReleaseTables, known_releases, load_release
-from sglang_guard.errors import GuardError, InputError
+from sglang_guard.errors import GuardError, InputError, SglangMissing
 from sglang_guard.shell.modelprobe import cache_dir
-from sglang_guard.shell.release import read_release, tables_for
+from sglang_guard.shell.release import find_release, has_sglang, interpreter_path, tables_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +57,13 @@ def resolve_release(*, version: str | None, version_source: str, python: str | N
     if version:
         return _load(version, version_source)
     if python:
-        try:
-            fact = read_release(python)
-        except GuardError:
-            fact = None
+        path = interpreter_path(python)  # a failed probe: InputError with its own stderr
+        fact = find_release(path)
+        if fact is None and not has_sglang(path):
+            shown = ", ".join(p or "''" for p in path)
+            raise SglangMissing(f"{python} has no SGLang: `import sglang` finds no package on "
+                                f"its sys.path [{shown}]; install SGLang there, or name the "
+                                "interpreter that has it (--python, [sglang] python)")
         if fact is not None:
             try:
                 return Release(tables_for(fact, cache_dir()), fact.source, fact.site)
