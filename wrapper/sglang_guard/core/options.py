@@ -143,10 +143,16 @@ def parse_table(data: Mapping[str, Any], path: str) -> OptionTable:
 _CACHE: dict[str, OptionTable] = {}
 
 
-def load_option_table(version: str = "0.5.23") -> OptionTable:
-    """The shipped table of SGLang `version`'s parser (read once per process): the argparse
-    dump where one is shipped (0.5.23), else the table generated from the release's wheel."""
+def load_option_table(version: str | None = None) -> OptionTable:
+    """The shipped table of SGLang `version`'s parser (read once per process; None: the
+    newest shipped release): the argparse dump where one is shipped (the newest), else the
+    table generated from the release's wheel."""
     from sglang_guard.resources import config_path  # noqa: PLC0415 - keeps core import-light
+
+    if version is None:
+        from sglang_guard.core.releases import known_releases  # noqa: PLC0415 - cycle
+
+        version = known_releases()[-1]
 
     if version not in _CACHE:
         path = config_path("sglang", f"options-{version}.json")

@@ -21,7 +21,7 @@ from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.parsecheck import PARSER_SOURCE, rejections, sglang_error
 from sglang_guard.core.renames import RenameFinding
-from sglang_guard.core.sizes import check_sizes, policy_action
+from sglang_guard.core.sizes import CITED, check_sizes, policy_action
 from sglang_guard.core.spelling import new_tokens, respell
 
 Action = Literal["drop", "rewrite", "refuse", "warn"]
@@ -83,6 +83,7 @@ def preflight(
     policy: PolicyConfig,
     derived_dir: str,
     allow_longer_context: bool = False,
+    unconfirmed: frozenset[str] = frozenset(),
 ) -> Decision:
     """Check every backend flag of `cl`, then the sizes and combinations (core/sizes.py)."""
     warnings = [w for w in (model.warning, draft.warning if draft else None, gpu.warning) if w]
@@ -123,7 +124,7 @@ def preflight(
         elif finding.action == "rewrite":
             edits.append(Edit(spec.dest, "set", finding.new_value))
     _add_size_findings(cl, options, findings, edits, model=model, gpu=gpu, policy=policy,
-                       allow_longer_context=allow_longer_context)
+                       allow_longer_context=allow_longer_context, unconfirmed=unconfirmed)
     _add_parser_findings(cl, options, findings, edits, policy)
     _add_kv_deprecation(cl, options, findings, edits, policy)
     result = apply_edits(cl, options, edits, derived_dir)
@@ -147,8 +148,11 @@ def preflight(
 
 def _add_size_findings(cl: CommandLine, options: OptionTable, findings: list[Finding],
                        edits: list[Edit], *, model: ModelFacts, gpu: GpuFacts,
-                       policy: PolicyConfig, allow_longer_context: bool) -> None:
-    """The size and combination checks; a flag the backend checks already judged is skipped."""
+                       policy: PolicyConfig, allow_longer_context: bool,
+                       unconfirmed: frozenset[str]) -> None:
+    """The size and combination checks; a flag the backend checks already judged is skipped.
+    A check in `unconfirmed` (a release newer than the tables whose source does not confirm
+    it, sizes.confirm) only warns."""
     judged = {f.flag for f in findings}
     for item in check_sizes(cl, model, sm=_sm(gpu), allow_longer_context=allow_longer_context,
                             release=options.sglang_version):
@@ -157,11 +161,15 @@ def _add_size_findings(cl: CommandLine, options: OptionTable, findings: list[Fin
         judged.add(item.flag)
         action = policy_action(policy, item)
         reason = item.reason
-        if action == "warn":
+        if item.check.source in unconfirmed:
+            action = "warn"
+            reason += (" (not confirmed in the running release's own source, which is newer "
+                       "than the tables: warn only, launched unchanged)")
+        elif action == "warn":
             reason += " (policy warn: launched unchanged)"
         findings.append(Finding(flag=item.flag, value=item.value, action=action, new_value=None,
                                 reason=reason, kind=item.check.kind,
-                                source=f"{item.cited} (line of 0.5.23; the same rule in "
+                                source=f"{item.cited} (line of {CITED}; the same rule in "
                                        f"{item.check.releases})",
                                 sglang_message=item.sglang_message))
         spec = options.get(item.flag)
