@@ -126,13 +126,13 @@ def _check(cfg: GuardConfig, argv: list[str], release: Release, state: Path) -> 
     return decision.verdict
 
 
-@pytest.mark.parametrize("gpu_sm", ["90", "100"])
-def test_every_release_every_line_decides(models: tuple[str, str, str], gpu_sm: str,
+def test_every_release_every_line_decides(models: tuple[str, str, str],
                                           tmp_path: Path) -> None:
     llama, dsv3, yaml_path = models
     outcomes: dict[str, int] = {}
     failures: list[str] = []
     for n, version in enumerate(known_releases()):
+        gpu_sm = ("90", "100", "none")[n % 3]  # Hopper, Blackwell, no GPU: each release once
         rng = random.Random(f"{version}-{gpu_sm}")  # noqa: S311 - reproducible picks
         release = Release(load_release(version), "test")
         for policy in (("drop", "fail") if n % 2 else ("rewrite", "warn")):
@@ -148,7 +148,7 @@ def test_every_release_every_line_decides(models: tuple[str, str, str], gpu_sm: 
                 outcomes[outcome] = outcomes.get(outcome, 0) + 1
     assert not failures, f"{len(failures)} internal errors, e.g.\n" + "\n".join(failures[:10])
     # The corpus reaches every outcome (a corpus that only ever passes proves nothing).
-    assert {"ok", "remediated", "refused", "input"} <= set(outcomes), outcomes
+    assert {"ok", "remediated", "refused", "rejected"} <= set(outcomes), outcomes
 
 
 def _cli(*args: str) -> tuple[int, dict[str, Any]]:
