@@ -85,6 +85,7 @@ def test_run_without_sglang_gives_69_after_one_probe(tmp_path: Path,
         f"open({str(calls)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
         f"os.execv({sys.executable!r}, [{sys.executable!r}, *sys.argv[1:]])\n"))
     monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.setenv("SGLANG_GUARD_STATUS_LISTEN", "off")  # no default port
     res = CliRunner().invoke(main, ["run", "--python", counted, "--state-dir",
                                     str(tmp_path / "state"), "--", "--model-path", "/m",
                                     "--port", "1"])

@@ -134,7 +134,8 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
                               python=cfg.sglang.python if cfg.sglang.launch else prefix[0],
                               unknown_why="[sglang] launch names no interpreter to read; "
-                                          "set [sglang] python or version")
+                                          "set [sglang] python or version",
+                              runs_sglang=not cfg.sglang.launch)
     preflight = Preflight(opts.state_dir, opts.preflight, journal, release,
                           observer=opts.observer)
     try:

@@ -52,14 +52,20 @@ def _load(version: str, source: str) -> Release:
 
 
 def resolve_release(*, version: str | None, version_source: str, python: str | None,
-                    unknown_why: str = "no --python or --sglang-version given") -> Release:
-    """The release for an explicit `version`, else for interpreter `python`, else the newest."""
+                    unknown_why: str = "no --python or --sglang-version given",
+                    runs_sglang: bool = True) -> Release:
+    """The release for an explicit `version`, else for interpreter `python`, else the newest.
+
+    `runs_sglang`: `python` itself will run SGLang (`python -m sglang.launch_server`, or the
+    interpreter `check --python` names), so one without SGLang is SglangMissing (exit 69).
+    False for a custom launch command (`sglang serve`, `[sglang] launch`), whose SGLang may
+    live elsewhere: then the newest table is used, and the output says so."""
     if version:
         return _load(version, version_source)
     if python:
         path = interpreter_path(python)  # a failed probe: InputError with its own stderr
         fact = find_release(path)
-        if fact is None and not has_sglang(path):
+        if fact is None and runs_sglang and not has_sglang(path):
             shown = ", ".join(p or "''" for p in path)
             raise SglangMissing(f"{python} has no SGLang: `import sglang` finds no package on "
                                 f"its sys.path [{shown}]; install SGLang there, or name the "
