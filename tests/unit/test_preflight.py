@@ -220,3 +220,20 @@ def test_deterministic(options: OptionTable, compat: CompatTable) -> None:
                  yaml_data={"attention-backend": "flashmla", "tp-size": 2}) for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
     assert runs[0].derived_path is not None
+
+
+def test_help_is_rejected_without_an_invented_sglang_message(options: OptionTable,
+                                                              compat: CompatTable) -> None:
+    d = _run(options, compat, [*BASE, "--help"])
+    assert d.verdict == "rejected"
+    assert d.findings[0].flag == "--help" and d.findings[0].sglang_message is None
+
+
+def test_yaml_and_cli_unknowns_are_listed_together_as_argparse_does(
+        options: OptionTable, compat: CompatTable) -> None:
+    d = _run(options, compat, ["--config", "/c.yaml", *BASE, "--nope", "1"],
+             yaml_data={"no-such-key": 3})
+    assert d.verdict == "rejected"
+    assert [f.flag for f in d.findings if f.kind == "parser"] == ["--no-such-key", "--nope"]
+    assert d.findings[0].sglang_message == "error: unrecognized arguments: --no-such-key 3 " \
+                                           "--nope 1"

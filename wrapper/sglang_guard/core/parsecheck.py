@@ -19,6 +19,7 @@ from sglang_guard.core.options import OptionTable
 
 # Where SGLang parses its command line (the same call in every 0.5.x release).
 PARSER_SOURCE = "sglang/srt/server_args.py prepare_server_args: parser.parse_args(argv)"
+HELP = ("-h", "--help")  # argparse.ArgumentParser(add_help=True), SGLang's parser in 0.5.x
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,10 @@ def rejections(cl: CommandLine, table: OptionTable) -> list[Rejection]:
         if occ.spec is not None:
             out.append(Rejection(occ.option, occ.value, occ.spec.dest, occ.problem, None,
                                  occ.origin))
+            continue
+        if occ.option in HELP:  # argparse's own -h/--help (not in the option tables)
+            out.append(Rejection(occ.option, None, None, f"{occ.option}: SGLang prints its "
+                                 "help and exits 0; it does not serve", None, occ.origin))
             continue
         values: list[str] = list(occ.values)
         if occ.option.startswith("-") and occ.option != "--":
@@ -86,9 +91,10 @@ def suggest(token: str, table: OptionTable) -> str | None:
 def sglang_error(found: list[Rejection]) -> str | None:
     """The one line SGLang's parser prints: the first value error, else every unrecognized
     argument together (`error: unrecognized arguments: A B`)."""
+    found = [r for r in found if r.flag not in HELP]  # help is no error: it prints, exits 0
     if not found:
         return None
-    first = next((r for r in found if not r.problem.startswith("unrecognized")), None)
+    first = next((r for r in found if "unrecognized arguments:" not in r.problem), None)
     if first is not None:
         return f"error: {first.problem}"
     extras = " ".join(r.extras for r in found if r.extras)
