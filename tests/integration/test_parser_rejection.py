@@ -21,11 +21,12 @@ USAGE = "usage: sglang serve [-h] --model-path MODEL_PATH [--tokenizer-path TOKE
 ERROR = "sglang serve: error: unrecognized arguments: --attention-backendd triton"
 
 
-def _toml(tmp: Path, launcher: Launcher) -> Path:
+def _toml(tmp: Path, launcher: Launcher, version: str | None = None) -> Path:
     """The default rule pack, the fake launcher as SGLang, a termination log file."""
     path = tmp / "guard.toml"
     path.write_text("\n".join([
         "[sglang]", f"launch = {json.dumps(launcher.command)}",
+        *([f'version = "{version}"'] if version else []),
         "[restart]", "max_failures = 5", "backoff_initial_s = 0.01", "backoff_max_s = 0.05",
         "stop_grace_s = 2.0",
         "[status]", 'listen = "off"', f"termination_log = {json.dumps(str(tmp / 'term.log'))}",
@@ -33,8 +34,10 @@ def _toml(tmp: Path, launcher: Launcher) -> Path:
     return path
 
 
-def _run(tmp: Path, launcher: Launcher, argv: list[str], *more: str) -> tuple[int, str]:
-    cmd = [sys.executable, "-m", "sglang_guard", "run", "--config", str(_toml(tmp, launcher)),
+def _run(tmp: Path, launcher: Launcher, argv: list[str], *more: str,
+         version: str | None = None) -> tuple[int, str]:
+    config = _toml(tmp, launcher, version)
+    cmd = [sys.executable, "-m", "sglang_guard", "run", "--config", str(config),
            "--state-dir", str(tmp / "state"), *more, "--", *argv]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=tmp,
                           stdin=subprocess.DEVNULL, check=False)
@@ -82,3 +85,16 @@ def test_without_preflight_the_first_argparse_exit_ends_the_guard(tmp_path: Path
     assert "unrecognized arguments: --attention-backendd triton" in give_up["reason"]
     assert records[-1]["event"] == "guard.exit" and records[-1]["code"] == EXIT_USAGE
     assert "--attention-backendd" in (tmp_path / "term.log").read_text()
+
+
+def test_a_release_without_the_draft_flag_is_launched(tmp_path: Path) -> None:
+    # 0.5.3 has no --speculative-draft-attention-backend: preflight decides (was: KeyError,
+    # exit 70 before any launch), the line is launched; the fake SGLang then rejects it.
+    launcher = Launcher(tmp_path, [[["print", "stderr", USAGE], ["print", "stderr", ERROR],
+                                    ["exit", 2]]])
+    argv = ["--model-path", _llama(tmp_path), "--port", str(free_port()),
+            "--attention-backend", "triton"]
+    code, err = _run(tmp_path, launcher, argv, version="0.5.3")
+    assert code == EXIT_USAGE, err
+    assert launcher.argvs() == [argv]
+    assert "internal error" not in err
