@@ -224,3 +224,25 @@ def test_every_release_table_knows_the_kv_default() -> None:
     for version in known_releases():
         spec = load_release(version).options.get("kv_cache_dtype")
         assert spec is not None and (spec.has_default, spec.default) == (True, "auto"), version
+
+
+def test_a_backend_flag_the_release_lacks_follows_the_policy(
+        models: tuple[str, str, str], tmp_path: Path) -> None:
+    llama = models[0]
+    argv = ["--model-path", llama, "--speculative-draft-attention-backend", "fa3", "--tp", "1"]
+    rc, out = _cli("--sglang-version", "0.5.3", "--", *argv)
+    assert (rc, out["verdict"], out["argv_out"]) == (1, "remediated",
+                                                     ["--model-path", llama, "--tp", "1"])
+    assert [(f["kind"], f["action"]) for f in out["findings"]] == [("absent_option", "drop")]
+    rc, out = _cli("--sglang-version", "0.5.3", "--policy", "fail", "--", *argv)
+    assert (rc, out["verdict"]) == (78, "refused")
+    # From the --config YAML: the key is left out of a derived copy.
+    y = tmp_path / "s.yaml"
+    y.write_text(yaml.safe_dump({"speculative-draft-attention-backend": "fa3", "tp-size": 1}))
+    rc, out = _cli("--sglang-version", "0.5.3", "--state-dir", str(tmp_path / "st"), "--",
+                   "--model-path", llama, "--config", str(y))
+    assert (rc, out["verdict"]) == (1, "remediated")
+    assert out["derived_config"] == {"tp-size": 1}
+    # The release that has it: nothing to say.
+    rc, out = _cli("--sglang-version", "0.5.23", "--", *argv)
+    assert (rc, out["verdict"]) == (0, "ok")

@@ -23,6 +23,10 @@ class Edit:
     dest: str
     kind: Literal["drop", "set"]
     value: str | None = None
+    # A drop of an option the release does not have (no dest): its argv tokens
+    # (start, count), or its key in the `--config` YAML.
+    span: tuple[int, int] | None = None
+    yaml_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,14 @@ def apply_edits(
     yaml_data = dict(cl.yaml_data) if cl.yaml_data is not None else None
     yaml_changed = False
     for edit in edits:
+        if edit.span is not None or edit.yaml_key is not None:  # an option the release lacks
+            if edit.span is not None:
+                remove.update(range(edit.span[0], edit.span[0] + edit.span[1]))
+            if edit.yaml_key is not None and yaml_data is not None \
+                    and edit.yaml_key in yaml_data:
+                del yaml_data[edit.yaml_key]
+                yaml_changed = True
+            continue
         occs = [o for o in cl.occurrences if o.spec is not None and o.spec.dest == edit.dest]
         if edit.kind == "drop":
             for occ in occs:

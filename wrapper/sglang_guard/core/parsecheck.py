@@ -33,6 +33,8 @@ class Rejection:
     hint: str | None  # the guard's "did you mean" (argparse on Python < 3.14 offers none)
     origin: str  # "cli" or "yaml"
     extras: str | None = None  # the tokens argparse lists as unrecognized arguments
+    span: tuple[int, int] | None = None  # cli: the argv tokens (start, count) it covers
+    yaml_key: str | None = None  # yaml: the key it came from
 
 
 def rejections(cl: CommandLine, table: OptionTable) -> list[Rejection]:
@@ -58,9 +60,11 @@ def rejections(cl: CommandLine, table: OptionTable) -> list[Rejection]:
                                  "help and exits 0; it does not serve", None, occ.origin))
             continue
         values: list[str] = list(occ.values)
+        end = occ.index + occ.count
         if occ.option.startswith("-") and occ.option != "--":
             while i < len(occs) and _stray(occs[i]) and occs[i].origin == occ.origin:
                 values.append(occs[i].option)
+                end = occs[i].index + occs[i].count
                 i += 1
         problem, extras = occ.problem, None
         if "unrecognized arguments:" in problem:
@@ -68,8 +72,9 @@ def rejections(cl: CommandLine, table: OptionTable) -> list[Rejection]:
             problem = problem.split("unrecognized arguments:", 1)[0] + \
                 f"unrecognized arguments: {extras}"
         hint = suggest(occ.option, table) if extras is not None else None
+        span = (occ.index, end - occ.index) if occ.origin == "cli" else None
         out.append(Rejection(occ.option, " ".join(values) or None, None, problem, hint,
-                             occ.origin, extras))
+                             occ.origin, extras, span, occ.yaml_key))
     return out
 
 

@@ -19,7 +19,7 @@ from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.facts import GpuFacts, ModelFacts
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.options import OptionTable
-from sglang_guard.core.parsecheck import PARSER_SOURCE, rejections, sglang_error
+from sglang_guard.core.parsecheck import PARSER_SOURCE, Rejection, rejections, sglang_error
 from sglang_guard.core.renames import RenameFinding
 from sglang_guard.core.sizes import CITED, check_sizes, policy_action
 from sglang_guard.core.spelling import new_tokens, respell
@@ -194,6 +194,15 @@ def _add_parser_findings(cl: CommandLine, options: OptionTable, findings: list[F
         hint = f" (did you mean {r.hint}?)" if r.hint else ""
         base: dict[str, Any] = {"flag": r.flag, "value": r.value, "source": PARSER_SOURCE,
                                 "sglang_message": message}
+        name = r.flag.split("=", 1)[0]
+        if r.dest is None and name in (*BACKEND_FLAGS, *POLICY_CHOICE_FLAGS) \
+                and (r.span is not None or r.yaml_key is not None):
+            # A backend/KV flag of other releases that this one lacks (0.5.1-0.5.6.post2
+            # have no --speculative-draft-attention-backend): the policy decides.
+            findings.append(_absent_option(r, name, version, policy, base))
+            if findings[-1].action == "drop":
+                edits.append(Edit("", "drop", span=r.span, yaml_key=r.yaml_key))
+            continue
         if choice and r.dest in by_policy:
             flag = by_policy[r.dest]
             mode = policy.mode(flag)
@@ -222,6 +231,22 @@ def _add_parser_findings(cl: CommandLine, options: OptionTable, findings: list[F
         findings.append(Finding(action="refuse", new_value=None, kind="parser",
                                 reason=f"SGLang {version}'s parser rejects it: "
                                        f"{r.problem}{hint}", **base))
+
+
+def _absent_option(r: Rejection, name: str, version: str, policy: PolicyConfig,
+                   base: dict[str, Any]) -> Finding:
+    """A backend/KV flag the release's parser does not have, under the flag's policy."""
+    mode = policy.mode(name)
+    why = f"SGLang {version} has no {name} option; its parser rejects it ({r.problem})"
+    base = {**base, "flag": name, "kind": "absent_option"}
+    if mode == "fail":
+        return Finding(action="refuse", new_value=None, reason=why, **base)
+    if mode == "warn":
+        return Finding(action="warn", new_value=None,
+                       reason=f"{why} (policy warn: launched unchanged)", **base)
+    return Finding(action="drop", new_value=None,
+                   reason=f"{why}; dropped so SGLang {version} does what it does without it",
+                   **base)
 
 
 def _renamed_kv(value: str | None, options: OptionTable) -> tuple[str, str] | None:
