@@ -18,11 +18,13 @@ from sglang_guard.errors import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_REMEDIATED,
+    EXIT_USAGE,
     GuardError,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-_VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED}
+_VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED,
+                 "rejected": EXIT_USAGE}
 
 
 def guarded(fn: F) -> F:
@@ -108,7 +110,8 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
           args: tuple[str, ...]) -> None:
     """Show what preflight decides for an SGLang command line, without launching.
 
-    Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
+    Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input (also: rejected, a
+    command line the release's own parser rejects), 69 --python has no SGLang.
     """
     from sglang_guard.shell.inputs import prepare  # noqa: PLC0415
     from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
@@ -162,7 +165,8 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
 
     Exit status: 0 after SIGTERM/SIGINT (SGLang's whole tree stopped first), 75 when the guard
     gives up (crash loop, a fix that did not hold, busy port), 78 when the policy refuses,
-    2 for bad usage or input.
+    2 for bad usage or input (a command line SGLang's parser rejects: never launched),
+    69 when SGLang's environment is broken (or the interpreter has no SGLang).
     """
     from sglang_guard.shell import logsetup  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415

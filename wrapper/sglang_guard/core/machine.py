@@ -58,7 +58,7 @@ from sglang_guard.core.rules import (
     in_phase,
 )
 from sglang_guard.core.stages import READY_LINE, Stalled, is_progress
-from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
+from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
 
 SETTLE_S = 2.0  # a catch-all match waits this long for a more specific line of the same crash
 HEALTH_RETRY_S = 1.0
@@ -388,6 +388,13 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
         return new, [Journal({"event": "give_up.planned", **base, "class": "environment",
                               "reason": diagnosis}),
                      Notify(status=f"environment failure: {diagnosis}"), *actions]
+    if fix.action == "parser_exit":  # SGLang's parser exits 2: the same line fails the same
+        pending = Pending("exit", code=EXIT_USAGE, reason=f"{rule.id}: {line.strip()}")
+        new, actions = _stop(state, pending, f"rule {rule.id}")
+        return new, [Journal({"event": "give_up.planned", **base, "class": "usage",
+                              "reason": rule.reason}),
+                     Notify(status=f"SGLang's parser rejects the command line: {line.strip()}"),
+                     *actions]
     if fix.action == "give_up":
         why = fix.diagnosis or rule.reason  # the reason with the line's port, address, name
         pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {why}")
@@ -586,7 +593,7 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
         journal += [a for a in acts if not isinstance(a, Stop)]
     pending = state.pending
     if pending is not None and pending.kind == "exit":
-        if pending.code in (EXIT_GIVE_UP, EXIT_ENVIRONMENT):  # every give-up journaled alike
+        if pending.code in (EXIT_GIVE_UP, EXIT_ENVIRONMENT, EXIT_USAGE):  # journaled alike
             journal.append(Journal({"event": "give_up", "reason": pending.reason}))
         return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
     if pending is None and env.role == "worker":  # the leader counts it and says what next

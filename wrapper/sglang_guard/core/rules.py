@@ -407,8 +407,10 @@ def _release_accepts(options: OptionTable | None, flag: str, value: str | None) 
     """True if that parser would take `flag value` (a choice it lists, or any value)."""
     if options is None or value is None:
         return True
-    choices = options.by_string[flag].choices
-    return choices is None or value in choices
+    spec = options.get(flag)
+    if spec is None:  # the release has no such option: its parser rejects any value
+        return False
+    return spec.choices is None or value in spec.choices
 
 
 def first_fix(

@@ -124,6 +124,9 @@ def render_fix(fix: Fix | None) -> str:
         return "fix: none (no rule changes this command line)"
     if fix.action in ("restart", "give_up"):
         return f"fix: {fix.action} ({fix.rule.id}): {fix.rule.reason}"
+    if fix.action in ("parser_exit", "environment"):
+        code = 2 if fix.action == "parser_exit" else 69
+        return f"fix: none, the guard exits {code} ({fix.rule.id}): {fix.rule.reason}"
     if fix.action == "drop_flag":
         return f"fix: drop {fix.flag} {fix.old_value or ''} ({fix.rule.id})".replace("  ", " ")
     if fix.free_port:

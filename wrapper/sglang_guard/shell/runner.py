@@ -15,7 +15,7 @@ from sglang_guard.core.options import OptionTable
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher, RulePack
-from sglang_guard.errors import ConfigError, GuardError, Refused
+from sglang_guard.errors import ConfigError, GuardError, InputError, Refused
 from sglang_guard.shell.heap import trim_heap
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
 from sglang_guard.shell.journal import Journal
@@ -110,6 +110,11 @@ class Preflight:
         for finding in decision.findings:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,
                         action=finding.action, reason=finding.reason)
+        if decision.verdict == "rejected":  # SGLang's parser would exit 2: never launched
+            rejected = [f for f in decision.findings if f.kind == "parser"]
+            raise InputError(
+                f"SGLang {prepared.release.version}'s parser rejects the command line, not "
+                "launched: " + "; ".join(f"{f.flag}: {f.reason}" for f in rejected))
         if decision.verdict == "refused":
             refusals = [f for f in decision.findings if f.action == "refuse"]
             raise Refused("policy refused the command line: " + "; ".join(
@@ -133,10 +138,16 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
                               python=cfg.sglang.python if cfg.sglang.launch else prefix[0],
                               unknown_why="[sglang] launch names no interpreter to read; "
-                                          "set [sglang] python or version")
+                                          "set [sglang] python or version",
+                              runs_sglang=not cfg.sglang.launch)
     preflight = Preflight(opts.state_dir, opts.preflight, journal, release,
                           observer=opts.observer)
-    first = preflight(cfg, opts.argv)
+    try:
+        first = preflight(cfg, opts.argv)
+    except GuardError as exc:  # refused or rejected before any launch: said in the journal
+        if journal is not None:
+            journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})
+        raise
     packs = load_packs(cfg, first.options)
     fleet, first, observer, prepare = _with_fleet(cfg, opts, first, packs, preflight)
     env = Env(options=first.options, matcher=Matcher(packs),

@@ -22,7 +22,7 @@ from sglang_guard.core.actions import Stop
 from sglang_guard.core.events import Tick
 from sglang_guard.core.guardconfig import TERMINATION_LOG, StatusSection, parse_listen
 from sglang_guard.core.redact import redact_text
-from sglang_guard.errors import EXIT_GIVE_UP, GuardError, InputError, Refused
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_USAGE, GuardError, InputError, Refused
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.statusserver import StatusServer
 
@@ -235,6 +235,8 @@ def serving(section: StatusSection) -> Iterator[StatusBoard]:
         snap = board.snapshot()
         if snap.exit_code == EXIT_GIVE_UP and snap.gave_up:
             termination_message(section.termination_log, f"sglang-guard gave up: {snap.gave_up}")
+        elif snap.exit_code == EXIT_USAGE and snap.gave_up:  # SGLang's parser rejected the line
+            termination_message(section.termination_log, f"sglang-guard error: {snap.gave_up}")
     finally:
         if server is not None:
             server.close()
