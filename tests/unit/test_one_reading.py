@@ -1,0 +1,117 @@
+"""Issue 20: one reading of SGLang's output. What `explain` finds, the machine acts on, on the
+same bytes: every line SGLang's processes print is read (records or not, after blank lines),
+request text stays inert by structure, and the RE2 fallback matches what Hyperscan matches."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from requestlines import FATAL_TEXTS, quoting
+from sglang_guard.core import machine
+from sglang_guard.core import tracebacks as tb
+from sglang_guard.core.actions import Journal
+from sglang_guard.core.argv import parse_command_line
+from sglang_guard.core.blockscan import BlockScan
+from sglang_guard.core.events import ChildLine
+from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
+from sglang_guard.core.logline import clean
+from sglang_guard.core.options import load_option_table
+from sglang_guard.core.rules import Matcher, load_default_packs
+from sglang_guard.shell.explain import explain_fix, explain_lines
+
+PACKS = load_default_packs()
+MATCHER = Matcher(PACKS)
+OPTIONS = load_option_table()
+TS = "[2026-11-29 16:50:40"
+START = [
+    f"{TS}] server_args=ServerArgs(model_path='/m', tp_size=2)",
+    f"{TS} TP0] Init torch distributed begin.",
+    f"{TS} TP1] Init torch distributed begin.",
+]
+CUSTOM_AR = ("Failed: Cuda error /sgl-workspace/sglang/sgl-kernel/csrc/allreduce/"
+             "custom_all_reduce.cuh:307 'peer access is not supported between these two devices'")
+KV = [
+    f"{TS} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/venv/sglang/srt/managers/scheduler.py", line 3000, in run_scheduler_process',
+    "    scheduler = Scheduler(server_args)",
+    "ValueError: Loaded weights leave no GPU memory for the KV cache under "
+    "--mem-fraction-static=0.88.",
+    "",
+    f"{TS}] Received sigquit from a child process. It usually means the child failed.",
+]
+FA3 = "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90."
+
+
+def _env() -> machine.Env:
+    return machine.Env(options=OPTIONS, matcher=MATCHER, restart=RestartSection(),
+                       health=HealthSection(), arch="unknown", sm=None, sglang_version="0.5.23",
+                       derived_dir="/tmp/derived")
+
+
+def live(lines: Sequence[str], argv: tuple[str, ...]) -> list[dict[str, object]]:
+    """The journal records the machine writes for these lines, read as the reader reads them."""
+    env = _env()
+    state, _ = machine.start(machine.State(cl=parse_command_line(argv, OPTIONS)), env)
+    read, records, now = tb.UNKNOWN, [], 1.0
+    for text in lines:
+        read, ends = tb.step(read, text)
+        state, actions = machine.step(state, ChildLine(1, "stderr", text, len(text), ends), env,
+                                      now, 0.5)
+        records += [dict(a.record) for a in actions if isinstance(a, Journal)]
+        now += 0.01
+    return records
+
+
+def _fixed(records: list[dict[str, object]]) -> list[tuple[object, object, object]]:
+    return [(r["rule"], r["flag"], r["new_value"]) for r in records if r["event"] == "remediated"]
+
+
+BASE = ("--model-path", "/m", "--tp-size", "2")
+
+
+def test_kv_budget_without_the_flag_is_raised_on_the_first_failure() -> None:
+    assert _fixed(live(KV, BASE)) == [("kv-no-memory-raise", "--mem-fraction-static", "0.95")]
+
+
+def test_custom_all_reduce_line_after_start_up_records_sets_the_flag() -> None:
+    records = live([*START, CUSTOM_AR], BASE)
+    assert _fixed(records) == [("custom-all-reduce-no-p2p", "--disable-custom-all-reduce", None)]
+    fix = explain_fix([*START, CUSTOM_AR], GuardConfig(), list(BASE))
+    assert fix is not None and fix.flag == "--disable-custom-all-reduce"
+
+
+@pytest.mark.parametrize("fatal", [FA3, CUSTOM_AR])
+def test_a_blank_line_before_a_fatal_line_changes_nothing(fatal: str) -> None:
+    argv = (*BASE, "--attention-backend", "fa3")
+    want = _fixed(live([fatal], argv))
+    assert want
+    for before in ([""], [*START, ""], ["", "", *START, "  ", ""]):
+        assert _fixed(live([*before, fatal], argv)) == want, before
+        matches = explain_lines([*before, fatal], GuardConfig(), MATCHER)
+        assert [m.rule.id for m in matches][:1] == [want[0][0]], before
+
+
+def test_request_text_after_records_still_acts_on_nothing() -> None:
+    """Requests quoting every fatal message, after start-up records and blank lines."""
+    lines = [*START, ""]
+    for text in FATAL_TEXTS:
+        lines += quoting(text)
+    assert _fixed(live(lines, (*BASE, "--log-requests"))) == []
+
+
+@pytest.mark.parametrize("raw", [
+    b"Failed: Cuda error \xff/x/custom_all_reduce.cuh:307 'peer access is not supported "
+    b"between these two devices'\n",
+    b"\xffFailed: Cuda error /x/custom_all_reduce.cuh:307 'peer access is not supported "
+    b"between these two devices'\n",
+    b"RuntimeError: \xc3 peer access is not supported between these two devices\n",
+])
+def test_the_re2_path_matches_a_fatal_line_with_an_invalid_utf8_byte(raw: bytes) -> None:
+    exact = BlockScan(MATCHER._block.patterns, accelerate=False)
+    rule = next(i for i, r in enumerate(MATCHER.rules) if r.id == "custom-all-reduce-no-p2p")
+    assert rule in exact.hits(raw)
+    line = clean(raw, 65536)
+    assert "custom-all-reduce-no-p2p" in [r.id for r in MATCHER.candidates(line, True)]
+    assert _fixed(live([*START, line], BASE))
