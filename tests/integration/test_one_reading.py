@@ -72,3 +72,17 @@ def test_a_traceback_then_silence_is_decided_by_its_exception_line(tmp_path: Pat
     # The child was stopped (it never exits by itself before SIGTERM): the line decided it.
     first_exit = next(r for r in records if r["event"] == "child.exit")
     assert first_exit["returncode"] in (1, -15)
+
+
+def test_two_identical_crash_lines_end_the_guard_with_that_line(tmp_path: Path) -> None:
+    """Issue 19 item 6: never a third identical launch (the window would allow five)."""
+    crash = [*START, HEADER, *FRAMES, "RuntimeError: CUDA error: an illegal memory access was "
+             "encountered (pid {pid})"]
+    launcher = Launcher(tmp_path, [[*_prints(crash), ["exit", 1]]])
+    code = supervise(_default_runtime(tmp_path, launcher, max_failures=5),
+                     base_argv(free_port()))
+    assert code == 75
+    assert len(launcher.argvs()) == 2
+    give_up = next(r for r in journal_events(tmp_path / "state") if r["event"] == "give_up")
+    assert "same crash twice" in give_up["reason"]
+    assert give_up["line"].startswith("RuntimeError: CUDA error: an illegal memory access")

@@ -5,16 +5,17 @@ request text stays inert by structure, and the RE2 fallback matches what Hypersc
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
 from requestlines import FATAL_TEXTS, quoting
 from sglang_guard.core import machine
 from sglang_guard.core import tracebacks as tb
-from sglang_guard.core.actions import Journal
+from sglang_guard.core.actions import Exit, Journal, Spawn
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.blockscan import BlockScan
-from sglang_guard.core.events import ChildLine
+from sglang_guard.core.events import ChildExited, ChildLine, Tick
 from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
 from sglang_guard.core.logline import clean
 from sglang_guard.core.options import load_option_table
@@ -115,3 +116,59 @@ def test_the_re2_path_matches_a_fatal_line_with_an_invalid_utf8_byte(raw: bytes)
     line = clean(raw, 65536)
     assert "custom-all-reduce-no-p2p" in [r.id for r in MATCHER.candidates(line, True)]
     assert _fixed(live([*START, line], BASE))
+
+
+# --- issue 19 item 6: a crash that recurs is not retried blindly ---------------------------
+
+CRASH = [f"{TS} TP0] Scheduler hit an exception: Traceback (most recent call last):",
+         '  File "/venv/sglang/srt/managers/scheduler.py", line 3000, in event_loop',
+         "RuntimeError: CUDA error: an illegal memory access was encountered at 0x7f3a2c00 "
+         "(rank 1, 4096 bytes)"]
+
+
+def _launches(outputs: list[list[str]], restart: RestartSection
+              ) -> tuple[list[dict[str, object]], list[Exit], int]:
+    """Each launch prints its lines and exits 1: the journal, the Exit actions, launches."""
+    env = replace(_env(), restart=restart)
+    state, actions = machine.start(machine.State(cl=parse_command_line(BASE, OPTIONS)), env)
+    records: list[dict[str, object]] = []
+    exits: list[Exit] = []
+    spawns, now = 1, 1.0
+    for i, lines in enumerate(outputs):
+        read = tb.UNKNOWN
+        for text in lines:
+            read, ends = tb.step(read, text)
+            state, actions = machine.step(state, ChildLine(state.gen, "stderr", text, 1, ends),
+                                          env, now, 0.5)
+            records += [dict(a.record) for a in actions if isinstance(a, Journal)]
+        for name in ("settle",):
+            state, actions = machine.step(state, Tick(name, state.gen), env, now + 3, 0.5)
+            records += [dict(a.record) for a in actions if isinstance(a, Journal)]
+        state, actions = machine.step(state, ChildExited(state.gen, 100 + i, 1), env, now + 4,
+                                      0.5)
+        records += [dict(a.record) for a in actions if isinstance(a, Journal)]
+        exits += [a for a in actions if isinstance(a, Exit)]
+        if exits:
+            break
+        state, actions = machine.step(state, Tick("backoff", state.gen), env, now + 10, 0.5)
+        spawns += sum(isinstance(a, Spawn) for a in actions)
+        now += 20
+    return records, exits, spawns
+
+
+def test_two_identical_crash_lines_end_the_guard_with_that_line() -> None:
+    other = [CRASH[0], CRASH[1], CRASH[2].replace("0x7f3a2c00", "0x55d1e8").replace("4096", "8")]
+    records, exits, spawns = _launches([CRASH, other, CRASH], RestartSection(max_failures=9))
+    assert spawns == 2  # never a third identical launch
+    (done,) = exits
+    assert done.code == 75 and "illegal memory access" in done.reason
+    assert next(r for r in records if r["event"] == "give_up")["line"] == other[2]
+
+
+def test_different_crash_lines_are_retried_and_the_repeat_check_can_be_turned_off() -> None:
+    second = [*CRASH[:2], "RuntimeError: NCCL error: unhandled system error"]
+    _, exits, spawns = _launches([CRASH, second, CRASH], RestartSection(max_failures=3))
+    assert spawns == 3 and "crash loop" in exits[0].reason
+    _, exits, spawns = _launches([CRASH] * 3, RestartSection(max_failures=3,
+                                                             give_up_on_repeat=False))
+    assert spawns == 3 and "crash loop" in exits[0].reason

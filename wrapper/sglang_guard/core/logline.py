@@ -179,3 +179,14 @@ def error_text(line: str, ends_traceback: bool | None = None) -> tuple[str, bool
     if argparse:
         return line[argparse.end():], False
     return None
+
+
+# Numbers and addresses that differ between two launches of one crash: a pid, a port, a
+# byte count, a time, a pointer ("0x7f3a..."), a rank.
+_VARYING = re.compile(r"0x[0-9A-Fa-f]+|\d+(?:\.\d+)?")
+
+
+def crash_signature(line: str) -> str:
+    """`line` with its numbers and addresses masked: the same crash, launch after launch."""
+    return _VARYING.sub("#", line.strip())
+
