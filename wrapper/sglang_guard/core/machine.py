@@ -154,6 +154,8 @@ class State:
     # retried (RestartSection.give_up_on_repeat).
     exception_line: str | None = None
     last_crash: tuple[tuple[str, ...], str] | None = None
+    # The last fix the machine acted on (core/replay.py reads it off after each event).
+    decided: Fix | None = None
 
 
 def start(state: State, env: Env) -> tuple[State, list[Action]]:
@@ -388,7 +390,7 @@ def _refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str,
 def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list[Action]]:
     rule = fix.rule
     fired = {**state.fired, rule.id: state.fired.get(rule.id, 0) + 1}
-    state = replace(state, fired=fired)
+    state = replace(state, fired=fired, decided=fix)
     base = {"trigger": "log", "rule": rule.id, "line": line, "gen": state.gen}
     if fix.action == "environment":
         diagnosis = fix.diagnosis or rule.reason

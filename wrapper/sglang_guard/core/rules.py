@@ -55,7 +55,6 @@ __all__ = [
     "RulePack",
     "advice_for",
     "advice_record",
-    "burst_fix",
     "captures",
     "compile_pattern",
     "first_fix",
@@ -64,6 +63,7 @@ __all__ = [
     "load_default_packs",
     "parse_pack",
     "plan_fix",
+    "precedence",
 ]
 
 
@@ -410,6 +410,14 @@ def _release_accepts(options: OptionTable | None, flag: str, value: str | None) 
     return choices is None or value in choices
 
 
+def precedence(rule: Rule) -> tuple[bool, bool, int]:
+    """The order rules of one line are tried in (a sort key; ties keep pack order): fatal
+    before notes, actions before advice, then descending priority. The one ordering of
+    the guard: the machine's `first_fix` and `explain`'s listing both use it; which line of a
+    burst wins is the machine's alone (core/machine.py, replayed by core/replay.py)."""
+    return (not rule.fatal, rule.action == "advice", -rule.priority)
+
+
 def first_fix(
     matcher: Matcher, line: str, ctx: MatchContext, fired: Mapping[str, int],
     ends_traceback: bool | None = None,
@@ -422,7 +430,7 @@ def first_fix(
     """
     candidates = sorted((r for r in matcher.candidates(line, ends_traceback)
                          if r.fatal and r.action != "advice" and in_phase(r, ctx.phase)),
-                        key=lambda r: -r.priority)
+                        key=precedence)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
     for rule in candidates:
@@ -460,31 +468,3 @@ def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:
             "line": line, "gen": gen, "reason": rule.reason, "explanation": rule.explanation,
             "solutions": list(rule.solutions), "prevention": list(rule.prevention),
             "source": rule.source}
-
-
-def burst_fix(matcher: Matcher, lines: Sequence[str] | Sequence[tuple[str, bool | None]],
-              ctx: MatchContext) -> Fix | None:
-    """The fix a supervisor would act on for this failure output, nothing fired yet.
-
-    As core/machine.py does: the first line whose fix is specific (priority >= 0) wins at
-    once; a catch-all (priority < 0) only when no specific line follows it. Exception lines
-    count where they end a traceback, as the supervisor reads them: a (line, ends_traceback)
-    pair says so; plain lines are read in order as an excerpt that may start anywhere.
-    """
-    waiting: Fix | None = None
-    state = tracebacks.UNKNOWN
-    ends: bool | None
-    for item in lines:
-        if isinstance(item, str):
-            line = item
-            state, ends = tracebacks.step(state, line)
-        else:
-            line, ends = item
-        fix, _ = first_fix(matcher, line, ctx, {}, ends)
-        if fix is None:
-            continue
-        if fix.rule.priority >= 0:
-            return fix
-        waiting = waiting or fix
-    return waiting
-
