@@ -179,3 +179,15 @@ def test_explain_cli_path_names_what_the_live_reader_decides(name: str) -> None:
     matches = explain_lines(lines, GuardConfig(), FAST)
     assert _key(explain_fix(matching_lines(matches), GuardConfig(), argv,
                             sglang_version="0.5.23", matcher=FAST)) == live
+
+
+@pytest.mark.parametrize("matcher", [FAST, SLOW], ids=["hyperscan", "re2"])
+def test_an_exception_line_no_rule_matches_still_reaches_the_machine(matcher: Matcher) -> None:
+    """Read in its own chunk after the header's: the machine compares crash lines (issue 19
+    item 6), so the line that ends a traceback is emitted whatever the prefilter says."""
+    header = (b"[2026-11-29 16:50:40 TP0] Init torch distributed begin.\n"
+              b"Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n")
+    crash = b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    for chunks in ([header, crash], [header + crash], [header[:50], header[50:], crash]):
+        lines = read(chunks, matcher)
+        assert (crash.decode().rstrip("\n"), True) in lines, chunks
