@@ -137,9 +137,10 @@ def _launches(outputs: list[list[str]], restart: RestartSection
     for i, lines in enumerate(outputs):
         read = tb.UNKNOWN
         for text in lines:
+            before = read
             read, ends = tb.step(read, text)
-            state, actions = machine.step(state, ChildLine(state.gen, "stderr", text, 1, ends),
-                                          env, now, 0.5)
+            line = ChildLine(state.gen, "stderr", text, 1, ends, tb.ends_frames(before, read))
+            state, actions = machine.step(state, line, env, now, 0.5)
             records += [dict(a.record) for a in actions if isinstance(a, Journal)]
         for name in ("settle",):
             state, actions = machine.step(state, Tick(name, state.gen), env, now + 3, 0.5)
@@ -171,4 +172,11 @@ def test_different_crash_lines_are_retried_and_the_repeat_check_can_be_turned_of
     assert spawns == 3 and "crash loop" in exits[0].reason
     _, exits, spawns = _launches([CRASH] * 3, RestartSection(max_failures=3,
                                                              give_up_on_repeat=False))
+    assert spawns == 3 and "crash loop" in exits[0].reason
+
+
+def test_only_the_line_that_ends_a_traceback_counts_as_the_crash() -> None:
+    """A plain line read outside any traceback ("Warning: ...") is no crash's line."""
+    plain = [f"{TS}] Init torch distributed begin.", "Warning: NCCL_P2P_DISABLE is set"]
+    _, exits, spawns = _launches([plain] * 3, RestartSection(max_failures=3))
     assert spawns == 3 and "crash loop" in exits[0].reason

@@ -70,7 +70,7 @@ def read(chunks: list[bytes], matcher: Matcher | None) -> list[tuple[str, bool]]
     """The lines the reader emits for these chunks (None: no prefilter, every line)."""
     lines: list[tuple[str, bool]] = []
     pump = child._Pump(pipe=io.BytesIO(), stream="stderr", gen=1, sink=io.BytesIO(),
-                       emit=lambda _s, text, _n, ends: lines.append((text, ends)),
+                       emit=lambda _s, text, _n, ends, _x: lines.append((text, ends)),
                        cap=LINE_CAP, budget=1 << 30,
                        prefilter=_prefilter(matcher) if matcher is not None else None)
     for chunk in chunks:

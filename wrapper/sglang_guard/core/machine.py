@@ -45,7 +45,7 @@ from sglang_guard.core.events import (
     Tick,
 )
 from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSection
-from sglang_guard.core.logline import crash_signature, is_exception_line
+from sglang_guard.core.logline import crash_signature
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import (
@@ -332,8 +332,7 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
             state = replace(state, progress_at=now)
     if env.role == "worker":
         return state, actions  # a worker's lines go to its leader, which decides
-    if event.ends_traceback and is_exception_line(event.text) \
-            and not event.text.startswith("- "):
+    if event.exception:  # the exception line that ends a traceback: the crash's own
         state = replace(state, exception_line=event.text)
     if state.phase == "starting" and READY_LINE in event.text and not state.ready_line:
         state = replace(state, ready_line=True)

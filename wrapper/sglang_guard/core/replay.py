@@ -62,11 +62,14 @@ class Replay:
         """One cleaned line; `ends` as the reader said it (computed here when `read`)."""
         if self.done:
             return
+        exception = False
         if read:
-            self._read, ends = tracebacks.step(self._read, text)
+            before = self._read
+            self._read, ends = tracebacks.step(before, text)
+            exception = tracebacks.ends_frames(before, self._read)
         self._advance(self._stamp(text))
         if not self.done:
-            self._step(ChildLine(self.state.gen, "stderr", text, len(text), ends))
+            self._step(ChildLine(self.state.gen, "stderr", text, len(text), ends, exception))
 
     def finish(self) -> Fix | None:
         """The output ended: the child exits; what the machine acted on (None: nothing)."""

@@ -93,6 +93,12 @@ def step(state: str, line: str) -> tuple[str, bool]:
     return state, True  # unknown or other: SGLang's own output, a record or not
 
 
+def ends_frames(before: str, after: str) -> bool:
+    """Whether the line that took the stream from `before` to `after` (`step`) is the
+    exception line that ends a traceback's frames."""
+    return before == TRACEBACK and after == MESSAGE
+
+
 def _last_record(block: bytes, start: int, end: int) -> int:
     """Where the last record line of `block[start:end]` starts (-1: none)."""
     at = end

@@ -85,7 +85,7 @@ class _Pump:
         stream: Stream,
         gen: int,
         sink: BinaryIO,
-        emit: Callable[[Stream, str, int, bool], None],
+        emit: Callable[[Stream, str, int, bool, bool], None],
         cap: int,
         budget: int,
         prefilter: Callable[[bytes], int] | None = None,
@@ -174,8 +174,10 @@ class _Pump:
 
     def _line(self) -> None:
         text = clean(bytes(self._head), self._cap)
-        self._traceback, ends = tracebacks.step(self._traceback, text)
-        self._emit(self._stream, text, self._length, ends)
+        before = self._traceback
+        self._traceback, ends = tracebacks.step(before, text)
+        self._emit(self._stream, text, self._length, ends,
+                   tracebacks.ends_frames(before, self._traceback))
         self._head.clear()
         self._length = 0
 
@@ -274,8 +276,9 @@ class Child:
             on_chunk=on_chunk,
         )
 
-    def _put_line(self, stream: Stream, text: str, length: int, ends: bool) -> None:
-        self._events.put(ChildLine(self.gen, stream, text, length, ends))
+    def _put_line(self, stream: Stream, text: str, length: int, ends: bool, exception: bool
+                  ) -> None:
+        self._events.put(ChildLine(self.gen, stream, text, length, ends, exception))
 
     def _reap(self) -> None:
         returncode = self._proc.wait()
