@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from requestlines import FATAL_TEXTS, quoting
+from requestlines import FATAL_TEXTS, MESSAGES, quoting
 from sglang_guard.core import machine
 from sglang_guard.core import tracebacks as tb
 from sglang_guard.core.actions import Exit, Journal, Spawn
@@ -19,7 +19,7 @@ from sglang_guard.core.events import ChildExited, ChildLine, Tick
 from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
 from sglang_guard.core.logline import clean
 from sglang_guard.core.options import load_option_table
-from sglang_guard.core.rules import Matcher, load_default_packs
+from sglang_guard.core.rules import MatchContext, Matcher, load_default_packs, plan_fix
 from sglang_guard.shell.explain import explain_fix, explain_lines
 
 PACKS = load_default_packs()
@@ -180,3 +180,17 @@ def test_only_the_line_that_ends_a_traceback_counts_as_the_crash() -> None:
     plain = [f"{TS}] Init torch distributed begin.", "Warning: NCCL_P2P_DISABLE is set"]
     _, exits, spawns = _launches([plain] * 3, RestartSection(max_failures=3))
     assert spawns == 3 and "crash loop" in exits[0].reason
+
+
+# --- item 4: a set_flag rule with a default acts when the flag is absent --------------------
+
+_DEFAULTED = {r.id: r for r in MATCHER.rules if r.action == "set_flag" and r.default is not None}
+MESSAGE_LINES = [(m["rule"], m["text"]) for m in MESSAGES if m["rule"] in _DEFAULTED]
+
+
+@pytest.mark.parametrize(("rule_id", "text"), MESSAGE_LINES)
+def test_a_rule_with_a_default_acts_when_its_flag_is_absent(rule_id: str, text: str) -> None:
+    rule = _DEFAULTED[rule_id]
+    line = clean(text.encode(), 65536)
+    fix = plan_fix(rule, MatchContext({}, "unknown", None, None, OPTIONS), line)
+    assert fix is not None and fix.flag in rule.flags and fix.new_value is not None, line
