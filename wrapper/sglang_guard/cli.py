@@ -228,6 +228,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
         explain_fix,
         explain_log,
         fix_as_dict,
+        lead_with,
         matching_lines,
         render_fix,
     )
@@ -240,6 +241,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     matches = explain_log(logfile, cfg, matcher)  # one streamed pass, bounded memory
     fix = (explain_fix(matching_lines(matches), cfg, argv, sm=gpu_sm, matcher=matcher)
            if with_argv else None)
+    matches = lead_with(matches, fix)  # the line shown first is the one the fix comes from
     if as_json:  # log lines are masked like the guard's own output: a log may carry keys
         doc: dict[str, object] = {"matches": [redact_value(m.as_dict()) for m in matches]}
         if with_argv:

@@ -140,8 +140,11 @@ class BlockScan:
         if not self.size:
             return []
         done = self.compile()
-        found: list[int] = [done.rest_ids[first + i] for first, part in done.rest_sets
-                            for i in part.Match(block) or ()]
+        found: list[int] = []
+        if done.rest_sets:
+            text = utf8(block)
+            found += [done.rest_ids[first + i] for first, part in done.rest_sets
+                      for i in part.Match(text) or ()]
         if done.db is None:
             return found
         scratch = getattr(self._local, "scratch", None)
@@ -154,6 +157,19 @@ class BlockScan:
 
         done.db.scan(block, match_event_handler=on_match, scratch=scratch)
         return found
+
+
+def utf8(block: bytes) -> bytes:
+    """`block` as RE2 reads it the way the per-line matcher does: an invalid UTF-8 byte (which
+    RE2 simply fails to match across) becomes U+FFFD, as `logline.clean` decodes it. Costs one
+    `isascii` on the common case; Hyperscan reads bytes and needs none of this."""
+    if block.isascii():
+        return block
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError:
+        return block.decode("utf-8", "replace").encode("utf-8")
+    return block
 
 
 @dataclass(frozen=True, slots=True)
