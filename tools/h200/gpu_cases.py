@@ -105,8 +105,8 @@ def cases() -> list[dict[str, object]]:
         ("attention-backend=intel_amx", MHA, ("--attention-backend", "intel_amx"), 1),
     ]
     for cid, m, args, ph in guarded:
-        drop = ("mem-fraction-static",) if "--mem-fraction-static" in args else ()
-        add(cid, m, *args, mode="guard", phase=ph, drop_base=drop)
+        keep = ("mem-fraction-static",) if "--mem-fraction-static" in args else ()
+        add(cid, m, *args, mode="guard", phase=ph, drop_base=keep)
     add("attention-backend=cutedsl_mla", MHA, "--attention-backend", "cutedsl_mla",
         mode="guard-nopf", phase=2)
     # CUDA-graph capture with the static pool taking almost all memory: the GPU to itself

@@ -176,9 +176,9 @@ def main() -> None:
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
     Path(logs_p).write_bytes(tar_buf.getvalue())
-    with Path(out_p).open("w", encoding="utf-8") as f:
+    with Path(out_p).open("w", encoding="utf-8") as out:
         for row in rows:
-            f.write(json.dumps(row, separators=(",", ":")) + "\n")
+            out.write(json.dumps(row, separators=(",", ":")) + "\n")
     print(f"{len(rows)} rows -> {out_p}; logs {len(tar_buf.getvalue())} bytes -> {logs_p}")
 
 

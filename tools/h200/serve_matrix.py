@@ -122,7 +122,7 @@ class Runner:
         self.rec_path = self.out / f"raw-{a.phase}.jsonl"
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        return float(self.deadline - time.monotonic())
 
     def acquire(self, n: int) -> bool:
         with self.cv:
