@@ -239,3 +239,27 @@ def test_memory_and_seed_fixes_reached_ready(capsys: pytest.CaptureFixture[str])
 def test_no_guarded_run_in_a_crash_loop() -> None:
     loops = [r["id"] for r in GUARDED if r["guard"]["restarts_same_argv"] > 1]
     assert not loops, loops
+
+
+# SGLang 0.5.17 reads these off a DeepSeek-V3 config (sglang/srt/models/deepseek_v2.py), and
+# transformers 5.12.1 (its pin) has no default for them: without them the server dies at init.
+DSV3_FIELDS_5_12 = ("moe_layer_freq", "topk_method", "scoring_func")
+
+
+@pytest.mark.parametrize("name", ["tiny-deepseek-v3", "dsv3-mla576"])
+def test_deepseek_configs_carry_what_older_transformers_need(name: str) -> None:
+    cfg = json.loads((MODELS / name / "config.json").read_text(encoding="utf-8"))
+    assert cfg["model_type"] == "deepseek_v3"
+    assert all(k in cfg for k in DSV3_FIELDS_5_12), name
+    # both spellings of the rope settings: rope_parameters (5.19+), rope_scaling (5.12)
+    assert "rope_parameters" in cfg
+
+
+def test_gpu_models_have_real_attention_shapes() -> None:
+    """The shapes that serve on SM90 (the tiny ones fit no kernel there)."""
+    mha = json.loads((MODELS / "llama-hd128" / "config.json").read_text(encoding="utf-8"))
+    mla = json.loads((MODELS / "dsv3-mla576" / "config.json").read_text(encoding="utf-8"))
+    assert mha["head_dim"] == 128
+    assert (mla["kv_lora_rank"], mla["qk_rope_head_dim"], mla["qk_nope_head_dim"],
+            mla["v_head_dim"]) == (512, 64, 128, 128)
+    assert "rope_scaling" in mla  # transformers 5.12 reads the yarn settings from here
