@@ -107,10 +107,10 @@ def _cache_key(fact: ReleaseFact) -> str:
 
 
 def _log() -> Any:
-    """structlog, imported only when there is something to say (`check` stays light)."""
-    import structlog  # noqa: PLC0415
+    """The guard's logger, imported only when there is something to say (`check` stays light)."""
+    from sglang_guard.shell.logsetup import get_logger  # noqa: PLC0415
 
-    return structlog.get_logger(__name__)
+    return get_logger(__name__)
 
 
 def derive_release(fact: ReleaseFact, cache_dir: Path) -> ReleaseTables:
