@@ -8,7 +8,6 @@ so a second `check` does not pay for importing transformers.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from urllib.parse import urlsplit
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
 from sglang_guard.core.facts import ModelFacts, ModelShape
 from sglang_guard.core.limits import MAX_JSON_BYTES, LimitError, check_json
+from sglang_guard.core.sha import sha256
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
 from sglang_guard.shell.files import read_bytes, write_atomic
@@ -392,7 +392,7 @@ def _has(obj: Any, name: str) -> bool:
 
 def _cache_key(raw: bytes, revision: str | None, trust: bool,
                overrides: Mapping[str, Any], is_draft: bool) -> str:
-    h = hashlib.sha256()
+    h = sha256()
     for part in (
         _CACHE_VERSION,
         _transformers_version(),

@@ -7,6 +7,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sglang_guard.core import blockscan
 from sglang_guard.core.group import group_spec
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
@@ -23,6 +24,7 @@ from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.packs import load_packs
 from sglang_guard.shell.preflightlog import log_warnings
 from sglang_guard.shell.reloader import Reloader
+from sglang_guard.shell.scancache import default_store
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
 from sglang_guard.shell.whichrelease import Release, resolve_release
@@ -143,6 +145,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                  watch=watched_files(cfg, first), observer=opts.observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
+    blockscan.use_store(default_store())  # load the compiled scan, compile only on a miss
     engine, why = env.matcher.prepare_scan()
     if why is not None:  # the log pass-through runs at RE2's speed for these patterns
         get_logger().warning("scan.engine", engine=engine, why=why)
