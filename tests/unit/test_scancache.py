@@ -143,3 +143,28 @@ def test_keys_that_are_not_digests_are_refused(tmp_path: Path) -> None:
     store.save("../escape", b"x")
     assert store.load("../escape") is None
     assert not (tmp_path / "escape.hsdb").exists()
+
+
+def test_a_miss_is_built_in_a_child_process_and_loaded(tmp_path: Path, compiles: list[int]
+                                                      ) -> None:
+    from sglang_guard.shell.scancache import build_elsewhere  # noqa: PLC0415
+
+    expected = _answers(None)
+    before = len(compiles)
+    store = FileStore(tmp_path / "hs")
+    blockscan.use_store(store, build=build_elsewhere(store))
+    scan = BlockScan(PATTERNS)
+    assert [sorted(scan.hits(b)) for b in BLOCKS] == expected
+    assert len(compiles) == before  # compiled by the child process, not here
+    assert len(_files(tmp_path / "hs")) == 1
+
+
+def test_a_builder_that_builds_nothing_means_a_compile_here(tmp_path: Path,
+                                                            compiles: list[int]) -> None:
+    asked: list[tuple[str, ...]] = []
+    expected = _answers(None)
+    before = len(compiles)
+    blockscan.use_store(FileStore(tmp_path / "hs"), build=asked.append)
+    assert [sorted(BlockScan(PATTERNS).hits(b)) for b in BLOCKS] == expected
+    assert asked == [PATTERNS]
+    assert len(compiles) == before + 1

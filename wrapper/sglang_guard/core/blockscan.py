@@ -30,13 +30,15 @@ serialized one takes milliseconds and ~1.6 MiB. With a `DatabaseStore` set (`use
 exactly what it is compiled from (the expressions, their ids, the flags, the Hyperscan
 version, the CPU), compiled only on a miss and then saved; a stored database that does not
 deserialize, or cannot allocate scratch space here, is compiled again as if it were missing.
+With a builder as well, a miss is first handed to it (the shell compiles in a short-lived
+process, so that the compile's heap never stays in the supervisor), then loaded.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -64,12 +66,18 @@ class DatabaseStore(Protocol):
 
 
 _store: DatabaseStore | None = None
+_builder: Callable[[tuple[str, ...]], None] | None = None
 
 
-def use_store(store: DatabaseStore | None) -> None:
-    """Load and save compiled databases through `store` from now on (None: compile each)."""
-    global _store  # noqa: PLW0603 - one store per process, set by the shell at start-up
-    _store = store
+def use_store(store: DatabaseStore | None,
+              build: Callable[[tuple[str, ...]], None] | None = None) -> None:
+    """Load and save compiled databases through `store` from now on (None: compile each).
+
+    `build(patterns)`, when given, is asked first on a miss: it is to leave the databases of
+    `BlockScan(patterns)` in the store (a failure is not an error: the compile happens here).
+    """
+    global _store, _builder
+    _store, _builder = store, build
     _compile.cache_clear()
 
 
@@ -231,8 +239,11 @@ def _hyperscan(patterns: tuple[str, ...], ids: Sequence[int], *, stored: bool = 
     base = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
     store = _store if stored else None
     key = database_key(expressions, ids, base) if store is not None else ""
-    if store is not None and (blob := store.load(key)) is not None:
-        loaded = _deserialize(blob)
+    if store is not None:
+        loaded = _load(store, key)
+        if loaded is None and _builder is not None:
+            _builder(patterns)  # builds the whole set's databases elsewhere, then load
+            loaded = _load(store, key)
         if loaded is not None:
             return loaded
     db = _compile_hs(expressions, ids, base)
@@ -268,6 +279,11 @@ def _cpu() -> str:
     except OSError:
         pass
     return "\n".join(seen)
+
+
+def _load(store: DatabaseStore, key: str) -> Any:
+    blob = store.load(key)
+    return None if blob is None else _deserialize(blob)
 
 
 def _deserialize(blob: bytes) -> Any:

@@ -24,7 +24,7 @@ from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.packs import load_packs
 from sglang_guard.shell.preflightlog import log_warnings
 from sglang_guard.shell.reloader import Reloader
-from sglang_guard.shell.scancache import default_store
+from sglang_guard.shell.scancache import build_elsewhere, default_store
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
 from sglang_guard.shell.whichrelease import Release, resolve_release
@@ -145,7 +145,8 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                  watch=watched_files(cfg, first), observer=opts.observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
-    blockscan.use_store(default_store())  # load the compiled scan, compile only on a miss
+    store = default_store()  # load the compiled scan; a miss is compiled in a child process
+    blockscan.use_store(store, build=build_elsewhere(store))
     engine, why = env.matcher.prepare_scan()
     if why is not None:  # the log pass-through runs at RE2's speed for these patterns
         get_logger().warning("scan.engine", engine=engine, why=why)

@@ -12,13 +12,19 @@ someone else wrote, so nothing is read unless it is the guard's own:
   digest does not match (truncated, corrupt, or of another format) is ignored and replaced.
 Writes go through a temporary file and a rename (0600). Only the newest `KEEP` databases are
 kept. Every failure only costs a compile.
+
+A miss is built by a short-lived `python -m sglang_guard.shell.scancache DIR` (the patterns
+as JSON on stdin), not in the guard: compiling leaves ~5 MiB in a process for good, and the
+guard is the process that lives for months (`build_elsewhere`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from sglang_guard.core.sha import sha256
@@ -46,7 +52,8 @@ class FileStore:
         self.usable: bool | None = None  # checked on first use
         self.why: str | None = None  # why it is not usable
 
-    def _ready(self) -> bool:
+    def ready(self) -> bool:
+        """Whether the directory is usable (checked once)."""
         if self.usable is None:
             self.usable = self._check()
         return self.usable
@@ -74,7 +81,7 @@ class FileStore:
     def load(self, key: str) -> bytes | None:
         """The database saved under `key`, or None (missing, not ours, or corrupt)."""
         path = self._path(key)
-        if path is None or not self._ready():
+        if path is None or not self.ready():
             return None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -98,7 +105,7 @@ class FileStore:
     def save(self, key: str, blob: bytes) -> None:
         """Write the database under `key` (atomically, 0600); quietly nothing on failure."""
         path = self._path(key)
-        if path is None or not self._ready() or len(blob) > MAX_BYTES:
+        if path is None or not self.ready() or len(blob) > MAX_BYTES:
             return
         tmp = path.with_name(f".{path.name}.{os.urandom(8).hex()}.tmp")
         try:
@@ -125,3 +132,43 @@ class FileStore:
 def default_store() -> FileStore:
     """The store `sglang-guard run` uses."""
     return FileStore(cache_root() / "hyperscan")
+
+
+BUILD_TIMEOUT_S = 300.0
+
+
+def build_elsewhere(store: FileStore) -> Callable[[tuple[str, ...]], None]:
+    """A `core.blockscan` builder: compile `patterns` into `store` in a child process."""
+    def build(patterns: tuple[str, ...]) -> None:
+        import subprocess  # noqa: PLC0415 - only on a miss
+        import sys  # noqa: PLC0415
+
+        if not store.ready():
+            return
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([sys.executable, "-m", "sglang_guard.shell.scancache",
+                            str(store.directory)], input=json.dumps(list(patterns)).encode(),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           timeout=BUILD_TIMEOUT_S, check=False)
+
+    return build
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m sglang_guard.shell.scancache DIR`: compile the patterns on stdin into DIR."""
+    import sys  # noqa: PLC0415
+
+    from sglang_guard.core import blockscan  # noqa: PLC0415
+
+    patterns = json.loads(sys.stdin.buffer.read())
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        return 2
+    blockscan.use_store(FileStore(Path(argv[0])))  # no builder here: this is the builder
+    blockscan.BlockScan(patterns).compile()
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_main(sys.argv[1:]))
