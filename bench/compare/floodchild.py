@@ -6,19 +6,19 @@ Launch 1 (still starting: no ready line) writes SGLang-like log lines to stdout 
 the pipe takes them (`other-stream`, `same-stream`) or nothing (`idle`); after FLOOD_S it
 stamps CLOCK_MONOTONIC in DIR/fatal and writes the fatal traceback of reactchild.py (the
 `fa3-requires-sm80-sm90` line, one write of whole lines): on stderr (`idle`,
-`other-stream`) or into the stdout flood between two chunks (`same-stream`). SIGTERM stamps
-DIR/term and ends the process at once. Later launches print the ready line and wait.
+`other-stream`) or into the stdout flood between two chunks (`same-stream`). It writes its
+pid to DIR/pid; SIGTERM is not handled, so it ends the process at once, and the bench sees
+that end on a pidfd (a Python-level handler would run only when the main thread next runs
+bytecode). Later launches print the ready line and wait.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from types import FrameType
 
 from reactchild import CRASH, READY, SPECIFIC, _stamp
 
@@ -42,11 +42,8 @@ def main() -> int:
         threading.Event().wait()
         return 0
 
-    def on_term(_sig: int, _frame: FrameType | None) -> None:
-        _stamp(workdir / "term")
-        os._exit(0)
-
-    signal.signal(signal.SIGTERM, on_term)
+    (workdir / "pid.tmp").write_text(str(os.getpid()))
+    (workdir / "pid.tmp").replace(workdir / "pid")  # the bench watches this pid's end
     lock = threading.Lock()  # a stdout write is never cut by the fatal write
     flooding = mode in ("other-stream", "same-stream")
 
