@@ -89,3 +89,32 @@ def test_a_server_that_never_answers_times_out() -> None:
         listener.close()
     assert not ok
     assert "TimeoutError" in detail or "timed out" in detail
+
+
+def test_a_server_that_keeps_the_connection_open_is_read_to_its_content_length() -> None:
+    """The probe closes once Content-Length bytes came; the server sees that close."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    saw_close: list[bool] = []
+
+    def answer() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+            conn.settimeout(10)  # far past the probe's read; a probe waiting for EOF fails
+            try:
+                saw_close.append(conn.recv(1) == b"")  # the probe hung up, not the server
+            except TimeoutError:
+                saw_close.append(False)
+
+    thread = threading.Thread(target=answer, daemon=True)
+    thread.start()
+    try:
+        assert health.get(f"http://127.0.0.1:{listener.getsockname()[1]}/h", 60.0) == (
+            True, "HTTP 200")
+    finally:
+        thread.join(65)
+        listener.close()
+    assert saw_close == [True]

@@ -54,10 +54,11 @@ def _status(sock: socket.socket, deadline: float) -> tuple[bool, str]:
     """Read the response (to its end, `MAX_HEAD` at most); (status == 200, "HTTP <status>").
 
     The body is read and dropped, as http.client did: closing with unread data would reset
-    the connection under the server's feet.
+    the connection under the server's feet. The end is the server's close, or the
+    Content-Length the headers give (a server that keeps the connection open regardless).
     """
     head = b""
-    while len(head) <= MAX_HEAD:
+    while len(head) <= MAX_HEAD and not _complete(head):
         left = deadline - time.monotonic()
         if left <= 0:
             if b"\n" in head:
@@ -80,3 +81,15 @@ def _status(sock: socket.socket, deadline: float) -> tuple[bool, str]:
         return False, f"BadStatusLine: {what}"
     status = int(fields[1])
     return status == 200, f"HTTP {status}"
+
+
+def _complete(data: bytes) -> bool:
+    """Whether `data` holds the headers and as many body bytes as Content-Length says."""
+    headers, sep, body = data.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    for line in headers.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length" and value.strip().isdigit():
+            return len(body) >= int(value.strip())
+    return False  # no length given: the server's close ends it
