@@ -126,6 +126,8 @@ def test_every_shipped_table_regenerates_from_its_wheel() -> None:
     shipped = REPO / "configs" / "sglang"
     assert sglang_tables.dumps(releases) == (shipped / "releases.json").read_text()
     assert sglang_tables.dumps(renames) == (shipped / "renames.json").read_text()
+    assert sglang_tables.dumps(sglang_tables.spellings(releases)) == (
+        shipped / "spellings.json").read_text()
 
 
 @pytest.mark.skipif(not _all_wheels(), reason="run tools/fetch-sglang-wheels first")

@@ -7,13 +7,13 @@ written) and `--config` is pointed at that copy.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sglang_guard.core.argv import CONFIG_FLAG, CommandLine
 from sglang_guard.core.options import OptionSpec, OptionTable
+from sglang_guard.core.sha import sha256
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +47,7 @@ def dump_yaml(data: Mapping[str, Any]) -> str:
 
 def derived_path_for(data: Mapping[str, Any], derived_dir: str) -> str:
     """A path named by the content's hash: the same edit gives the same path on every node."""
-    digest = hashlib.sha256(dump_yaml(data).encode()).hexdigest()[:12]
+    digest = sha256(dump_yaml(data).encode()).hexdigest()[:12]
     return f"{derived_dir.rstrip('/')}/sglang-config-{digest}.yaml"
 
 

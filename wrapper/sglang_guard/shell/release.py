@@ -9,7 +9,6 @@ the same static reader as tools/sglang_tables.py, cached by the dist-info RECORD
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
@@ -23,6 +22,7 @@ from sglang_guard.core.releases import (
     known_releases,
     load_release,
 )
+from sglang_guard.core.sha import sha256
 from sglang_guard.errors import InputError
 from sglang_guard.shell.files import write_atomic
 
@@ -136,7 +136,7 @@ def read_release(python: str) -> ReleaseFact | None:
 
 
 def _cache_key(fact: ReleaseFact) -> str:
-    digest = hashlib.sha256(f"{_FORMAT}:{fact.version}:".encode())
+    digest = sha256(f"{_FORMAT}:{fact.version}:".encode())
     if fact.record is not None:
         digest.update(fact.record.read_bytes())
     elif fact.site is not None:  # a source checkout: the files the reader looks at
@@ -148,10 +148,10 @@ def _cache_key(fact: ReleaseFact) -> str:
 
 
 def _log() -> Any:
-    """structlog, imported only when there is something to say (`check` stays light)."""
-    import structlog  # noqa: PLC0415
+    """The guard's logger, imported only when there is something to say (`check` stays light)."""
+    from sglang_guard.shell.logsetup import get_logger  # noqa: PLC0415
 
-    return structlog.get_logger(__name__)
+    return get_logger(__name__)
 
 
 def derive_release(fact: ReleaseFact, cache_dir: Path) -> ReleaseTables:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from sglang_guard.core import blockscan
 from sglang_guard.core.group import group_spec
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
@@ -24,6 +25,7 @@ from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.packs import load_packs
 from sglang_guard.shell.preflightlog import log_warnings
 from sglang_guard.shell.reloader import Prepare, Reloader
+from sglang_guard.shell.scancache import build_elsewhere, default_store
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
 from sglang_guard.shell.whichrelease import Release, resolve_release
@@ -160,6 +162,8 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                  watch=watched_files(cfg, first), observer=observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
+    store = default_store()  # load the compiled scan; a miss is compiled in a child process
+    blockscan.use_store(store, build=build_elsewhere(store))
     engine, why = env.matcher.prepare_scan()
     if why is not None:  # the log pass-through runs at RE2's speed for these patterns
         get_logger().warning("scan.engine", engine=engine, why=why)

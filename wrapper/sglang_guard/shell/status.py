@@ -24,7 +24,6 @@ from sglang_guard.core.guardconfig import TERMINATION_LOG, StatusSection, parse_
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_USAGE, GuardError, InputError, Refused
 from sglang_guard.shell.logsetup import get_logger
-from sglang_guard.shell.statusserver import StatusServer
 
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from sglang_guard.core.machine import Env, State
     from sglang_guard.shell.metrics import Metrics
     from sglang_guard.shell.runner import RunOptions
+    from sglang_guard.shell.statusserver import StatusServer
 
 PATHS = ("/metrics", "/livez", "/readyz", "/startupz", "/status")
 # Which Kubernetes probe goes to which path (deploy/kubernetes/ and the README use these).
@@ -189,6 +189,9 @@ def start(board: StatusBoard, where: tuple[str, int] | None) -> StatusServer | N
     if where is None:
         return None
     try:
+        # http.server (and the ssl it imports) only where the port is on
+        from sglang_guard.shell.statusserver import StatusServer  # noqa: PLC0415
+
         server = StatusServer(board, *where)
     except OSError as exc:  # supervising SGLang matters more than being scraped
         get_logger().error("status.unavailable", listen=f"{where[0]}:{where[1]}",
