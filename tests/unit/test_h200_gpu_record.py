@@ -200,8 +200,10 @@ def test_guarded_log_fix_reproduced_by_explain(row: dict[str, Any], tmp_path: Pa
     fix = json.loads(p.stdout)["fix"]
     want = row["guard"]["log_fixes"][0]
     assert fix is not None
-    assert (fix["rule"], fix["flag"], fix["action"], fix["new_value"]) == (
-        want["rule"], want["flag"], want["action"], want["new"])
+    # The same change on the same flag; the rule's name may have moved since the record
+    # was made (the record keeps the name that fired on the GPU).
+    assert (fix["flag"], fix["action"], fix["new_value"]) == (
+        want["flag"], want["action"], want["new"])
 
 
 def test_guarded_runs_end_ready_or_with_a_reason() -> None:
