@@ -115,7 +115,14 @@ class GroupSection:
     """A multi-node group's guards (docs/multinode.md): the leader's port, the silence bounds."""
 
     port: int = DEFAULT_GROUP_PORT  # the leader serves here; workers reach it at the leader host
-    bind: str = "127.0.0.1"  # the leader's bind address: loopback unless configured
+    # The leader's bind address; "auto": the leader host the workers dial (--dist-init-addr's
+    # host or LWS_LEADER_ADDRESS: the pod's own address), never every address (0.0.0.0).
+    bind: str = "auto"
+    # The group's shared secret (a Kubernetes Secret mounted in every pod): every message
+    # between the guards is authenticated with it (core/groupauth.py). Without one a
+    # multi-node guard refuses to start unless `insecure = true`.
+    secret_file: str = ""
+    insecure: bool = False  # run a group with no authentication (a trusted, isolated network)
     heartbeat_s: float = 1.0  # how often a worker reports to the leader
     leader_lost_s: float = 30.0  # a worker whose leader is silent this long stops and exits 76
     worker_lost_s: float = 30.0  # a worker silent this long is a failure of the group

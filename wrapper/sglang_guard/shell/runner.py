@@ -156,8 +156,10 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
             journal.write({"event": "group.start", "rank": spec.rank, "nnodes": spec.nnodes,
                            "leader": spec.leader, "port": spec.port})
         try:
-            rt.group, cl, rt.env, replayed = group.open_group(spec, cfg.group, cl, first.gpu,
-                                                              env, state_dir=opts.state_dir)
+            rt.group, cl, rt.env, replayed = group.open_group(
+                spec, cfg.group, cl, first.gpu, env, state_dir=opts.state_dir,
+                policy=cfg.policy, allow_set=cfg.rules.allow_set,
+                record=journal.write if journal is not None else None)
         except GuardError as exc:  # refused by the leader, or no leader: journaled, then raised
             if journal is not None:
                 journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})
