@@ -40,6 +40,16 @@ def test_spec_from_sglang_flags() -> None:
     assert group.group_spec(cl(*BASE), {}, 9489).leads  # type: ignore[union-attr]
 
 
+def test_the_default_group_port_moves_with_the_dist_init_port() -> None:
+    spec = group.group_spec(cl(*BASE), {}, 0)  # 10.0.0.5:20000
+    assert spec is not None and spec.port == 9489
+    other = cl("--model-path", "/m", "--nnodes", "2", "--dist-init-addr", "[fd00::5]:20007")
+    assert group.group_spec(other, {}, 0).port == 9489 + 14  # type: ignore[union-attr]
+    lws = {"LWS_LEADER_ADDRESS": "l.ns", "LWS_GROUP_SIZE": "2"}
+    assert group.group_spec(cl("--model-path", "/m"), lws, 0).port == 9489  # type: ignore[union-attr]
+    assert group.group_spec(cl(*BASE), {}, 7000).port == 7000  # type: ignore[union-attr]
+
+
 def test_spec_from_lws_env_and_ipv6_dist_init() -> None:
     env = {"LWS_LEADER_ADDRESS": "sglang-0.sglang.ns", "LWS_WORKER_INDEX": "1",
            "LWS_GROUP_SIZE": "2"}

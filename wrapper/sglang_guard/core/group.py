@@ -19,6 +19,7 @@ from typing import Any
 from sglang_guard.core.argv import CONFIG_FLAG, CommandLine, parse_command_line
 from sglang_guard.core.edits import Edit, apply_edits, derived_path_for
 from sglang_guard.core.events import Event, GroupExit, GroupReady, GroupRelaunch
+from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, derived_port
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import MASK, is_secret_dest
 from sglang_guard.errors import EXIT_LEADER_LOST, InputError
@@ -66,8 +67,21 @@ def _pick(flag: str | None, env: str | None, flag_name: str, env_name: str) -> s
     return flag if flag is not None else env
 
 
+def _port_of(addr: str) -> int | None:
+    """The port of `HOST:PORT` or `[V6]:PORT` (None: none, or not a number)."""
+    tail = addr.strip().rsplit("]", 1)[-1] if addr.strip().startswith("[") else addr.strip()
+    if ":" not in tail:
+        return None
+    text = tail.rsplit(":", 1)[1]
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else None
+
+
 def group_spec(cl: CommandLine, environ: Mapping[str, str], port: int) -> GroupSpec | None:
-    """The group this command line belongs to (SGLang's flags, else LWS's env); None: one node."""
+    """The group this command line belongs to (SGLang's flags, else LWS's env); None: one node.
+
+    `port` 0: the default group port moved by --dist-init-addr's port (the same on every node
+    of the group, and another for each group a host runs), 9489 without it.
+    """
     nnodes_text = _pick(cl.value("nnodes"), environ.get("LWS_GROUP_SIZE"),
                         "--nnodes", "LWS_GROUP_SIZE")
     nnodes = _int(nnodes_text, "--nnodes") if nnodes_text else 1
@@ -80,6 +94,8 @@ def group_spec(cl: CommandLine, environ: Mapping[str, str], port: int) -> GroupS
         raise InputError(f"--node-rank {rank} is outside the group (--nnodes {nnodes})")
     addr = cl.value("dist_init_addr")
     leader = _host_of(addr) if addr else environ.get("LWS_LEADER_ADDRESS", "").strip()
+    if port == 0:
+        port = derived_port(DEFAULT_GROUP_PORT, _port_of(addr) if addr else None)
     if not leader:
         raise InputError(f"--nnodes {nnodes} needs --dist-init-addr HOST:PORT (or "
                          "LWS_LEADER_ADDRESS) so the guards can find the leader")

@@ -125,6 +125,9 @@ def open_journal(state_dir: str) -> Journal | None:
 def run(cfg: GuardConfig, opts: RunOptions) -> int:
     """Preflight (unless disabled), then supervise SGLang; the exit status."""
     journal = open_journal(opts.state_dir)
+    listening = getattr(opts.observer, "address", None)  # the status port, when it is up
+    if journal is not None and listening is not None:
+        journal.write({"event": "status.listening", "host": listening[0], "port": listening[1]})
     prefix = launch_prefix(cfg, opts.python)
     release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
                               python=cfg.sglang.python if cfg.sglang.launch else prefix[0],
