@@ -4,6 +4,11 @@ Editors save in many ways (write in place, write a temp file and rename it over,
 recreate), often as a burst of events. The watcher observes each file's directory, filters
 events for the watched names, and puts one `FileChanged` after the file has been quiet for
 `debounce` seconds. Validation happens in the loop, never here.
+
+A Kubernetes ConfigMap (or Secret) volume never touches the file itself: each key is a
+symlink `guard.toml -> ..data/guard.toml`, and an update writes a new timestamped directory
+and swaps the `..data` symlink to it (rename of `..data_tmp`). So an event on `..data` in a
+watched file's directory counts as a change of every watched file there.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from sglang_guard.core.events import Event, FileChanged
 Kind = Literal["guard_config", "sglang_yaml", "rule_pack"]
 DEBOUNCE_S = 0.3
 _READS = frozenset({"opened", "closed_no_write"})
+KUBELET_DATA = "..data"  # the symlink a ConfigMap volume swaps on every update
 
 
 class _Handler(FileSystemEventHandler):
@@ -39,7 +45,11 @@ class _Handler(FileSystemEventHandler):
             if raw:
                 path = Path(os.fsdecode(raw))
                 # A deleted file cannot be resolved: resolve its directory instead.
-                self.watcher.touched(str(path.parent.resolve() / path.name))
+                where = path.parent.resolve()
+                if path.name == KUBELET_DATA:
+                    self.watcher.swapped(str(where))
+                else:
+                    self.watcher.touched(str(where / path.name))
 
 
 class FileWatcher:
@@ -87,6 +97,11 @@ class FileWatcher:
             timer.daemon = True
             self._timers[path] = timer
             timer.start()
+
+    def swapped(self, directory: str) -> None:
+        """A ConfigMap volume's `..data` moved: every watched file in `directory` changed."""
+        for path in [p for p in self.files if str(Path(p).parent) == directory]:
+            self.touched(path)
 
     def _settled(self, path: str, kind: Kind) -> None:
         with self._lock:
