@@ -46,7 +46,7 @@ def config_map(root: Path, files: Mapping[str, str], mode: int = 0o644) -> Path:
 
 def update_config_map(root: Path, files: Mapping[str, str], mode: int = 0o644) -> None:
     """The kubelet's update: a new payload, `..data` swapped by a rename, the old one gone."""
-    old = os.readlink(root / "..data")
+    old = (root / "..data").readlink()
     tmp = root / "..data_tmp"
     tmp.symlink_to(_payload(root, files, mode))
     tmp.rename(root / "..data")
