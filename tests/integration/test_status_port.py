@@ -106,7 +106,7 @@ def test_counters_are_registered_at_zero_before_anything_runs(board: StatusBoard
     assert value(samples, "sglang_guard_time_to_ready_seconds_count") == 0
     assert get(board.address, "/livez")[0] == 200  # preflight runs on the guard's thread
     assert get(board.address, "/readyz")[0] == 503
-    assert get(board.address, "/startupz")[0] == 200
+    assert get(board.address, "/startupz")[0] == 503  # until SGLang is ready
     assert get(board.address, "/nope")[0] == 404
 
 
@@ -166,7 +166,7 @@ def test_liveness_and_crash_restarts_by_cause_and_startupz_503_after_give_up(
                            liveness_failures=2)
     rt = replace(make_runtime(tmp_path, launcher, health=health, max_failures=3, window_s=60.0),
                  observer=board)
-    assert get(board.address, "/startupz")[0] == 200
+    assert get(board.address, "/startupz")[0] == 503  # not started yet
     assert supervise(rt, base_argv(server.port)) == EXIT_GIVE_UP
     m = scrape(board.address)
     assert value(m, "sglang_guard_restarts_total", cause="liveness") == 1
@@ -229,7 +229,7 @@ def test_a_stalled_stage_turns_startupz_503(board: StatusBoard) -> None:
     assert board.address is not None
     board.set_stage("weight loading")
     assert json.loads(get(board.address, "/status")[1])["stage"] == "weight loading"
-    assert get(board.address, "/startupz")[0] == 200
+    assert get(board.address, "/startupz")[0] == 503  # loading: not up yet
     board.stalled("weight loading")
     assert get(board.address, "/startupz")[0] == 503
     assert value(scrape(board.address), "sglang_guard_start_stalled") == 1
@@ -295,7 +295,7 @@ def test_a_start_the_stage_watcher_finds_stalled_turns_startupz_503(
     seen: dict[str, Any] = {}
 
     def during(sup: Supervisor) -> None:
-        assert get(address, "/startupz")[0] == 200  # loading, within its limit
+        assert get(address, "/startupz")[0] == 503  # loading, within its limit: not up yet
         wait_for(lambda: count(tmp_path / "state", "start.stalled") >= 1, what="a stall")
         seen["startupz"] = get(address, "/startupz")[0]
         seen["status"] = json.loads(get(address, "/status")[1])

@@ -41,6 +41,7 @@ class Snapshot:
     generation: int = 0
     child_up: bool = False
     ready: bool = False
+    started: bool = False  # SGLang was ready once: the start is over (/startupz)
     launched_at: float | None = None  # monotonic time of the current launch
     cause: str | None = None  # why the current launch is ending (the next one's reason)
     planned_rule: str | None = None  # a rule whose action is give_up fired
@@ -111,7 +112,7 @@ def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
         return replace(snap, child_up=False, ready=False, cause=snap.cause or "crash"), Counts()
     if event == "ready":
         took = now - snap.launched_at if snap.launched_at is not None else None
-        return replace(snap, ready=True), Counts(time_to_ready=took)
+        return replace(snap, ready=True, started=True), Counts(time_to_ready=took)
     if event in ("remediated", "restored"):
         return _remediation(snap, record)
     if event == "start.stage":  # a stage watcher saw SGLang enter a loading stage
@@ -168,8 +169,14 @@ def give_up_reason(reason: str, snap: Snapshot) -> str:
 
 
 def startup_ok(snap: Snapshot) -> bool:
-    """/startupz: starting normally (or started): not stalled, not given up."""
-    return snap.gave_up is None and snap.stalled is None
+    """/startupz: SGLang came up (ready once), and nothing stalled or gave up since.
+
+    503 while it starts: a Kubernetes startupProbe stops at its first success, so a 200
+    before ready would let the pod past its start-up checks at once, and the 503 of a stall
+    or a give-up would never be seen. The probe's failureThreshold x periodSeconds must
+    cover the longest start (deploy/kubernetes/).
+    """
+    return snap.started and snap.gave_up is None and snap.stalled is None
 
 
 def public(snap: Snapshot, now: float, sglang_version: str | None) -> dict[str, Any]:
