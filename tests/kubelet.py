@@ -10,10 +10,12 @@
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 _STAMPS = itertools.count(1)
 
@@ -54,3 +56,34 @@ def update_config_map(root: Path, files: Mapping[str, str], mode: int = 0o644) -
         if not (root / key).is_symlink():
             (root / key).symlink_to(f"..data/{key}")
     shutil.rmtree(root / old)
+
+
+# -- a container as the kubelet starts it, on this host ------------------------------------------
+
+def expand(text: str, env: Mapping[str, str]) -> str:
+    """`$(VAR)` references expanded as the kubelet expands them in command, args and env."""
+    out = text
+    for name, value in env.items():
+        out = out.replace(f"$({name})", value)
+    return out
+
+
+def container_env(container: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:
+    """The container's env: `value`s expanded in order, `fieldRef`s from `given`."""
+    env: dict[str, str] = {}
+    for item in container.get("env", []):
+        name = item["name"]
+        if "value" in item:
+            env[name] = expand(str(item["value"]), {**given, **env})
+        else:
+            env[name] = given[name]  # a fieldRef (POD_IP): the test says what it is
+    return env
+
+
+def toml_dump(data: Mapping[str, Mapping[str, Any]]) -> str:
+    """A guard config (tables of scalars and lists) as TOML text."""
+    lines = []
+    for table, values in data.items():
+        lines.append(f"[{table}]")
+        lines += [f"{key} = {json.dumps(value)}" for key, value in values.items()]
+    return "\n".join(lines) + "\n"
