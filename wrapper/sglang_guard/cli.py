@@ -148,9 +148,15 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
         args: tuple[str, ...]) -> None:
     """Preflight, then run SGLang and fix its command line when a fatal log line appears.
 
-    Exit status: 0 after SIGTERM/SIGINT (SGLang's whole tree stopped first), 75 when the guard
-    gives up (crash loop, a fix that did not hold, busy port), 78 when the policy refuses,
-    2 for bad usage or input.
+    \b
+    Exit status:
+      0   after SIGTERM/SIGINT (SGLang's whole tree stopped first)
+      2   bad usage or input (a missing model, a bad config, no group secret)
+      69  SGLang's environment is broken (a kernel library for another torch, ...)
+      70  a bug in the guard
+      75  the guard gave up (crash loop, a fix that did not hold, busy port)
+      76  a group worker lost its leader (or never reached it)
+      78  the policy refused the command line (or a group leader refused this node)
     """
     from sglang_guard.shell import logsetup  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415

@@ -6,6 +6,7 @@ The guard's own events go to stderr; the child's lines are passed through raw, n
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from collections.abc import MutableMapping
 from typing import Any, TextIO
@@ -36,7 +37,7 @@ def configure(fmt: str = "auto", stream: TextIO | None = None, level: int = logg
     renderer: Any = (
         structlog.processors.JSONRenderer()
         if use_json
-        else structlog.dev.ConsoleRenderer(colors=_isatty(stream))
+        else structlog.dev.ConsoleRenderer(colors=colors(stream))
     )
     structlog.configure(
         processors=[
@@ -49,6 +50,11 @@ def configure(fmt: str = "auto", stream: TextIO | None = None, level: int = logg
         logger_factory=structlog.PrintLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
+
+
+def colors(stream: TextIO) -> bool:
+    """Colour on a terminal, unless $NO_COLOR is set to anything but "" (no-color.org)."""
+    return not os.environ.get("NO_COLOR") and _isatty(stream)
 
 
 def _isatty(stream: TextIO) -> bool:
