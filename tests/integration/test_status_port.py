@@ -219,7 +219,7 @@ def test_preflight_remediations_are_counted_as_they_are_journaled(board: StatusB
     journal_preflight(None, decision, load_option_table(), set(), board)  # no journal: counted
     m = scrape(board.address)
     assert value(m, "sglang_guard_remediations_total", trigger="preflight", rule="compat.arch",
-                 flag="--attention-backend", action="drop") == 1
+                 flag="--attention-backend", action="drop_flag") == 1  # one vocabulary
     doc = json.loads(get(board.address, "/status")[1])
     assert doc["last_remediation"]["trigger"] == "preflight"
     assert doc["phase"] == "preflight"
@@ -319,3 +319,24 @@ def test_a_loop_step_that_changes_nothing_touches_no_gauge(board: StatusBoard) -
         board.step(state, env, [])  # type: ignore[arg-type]
     assert len(shown) == 1
     assert board.snapshot().phase == "starting"
+
+
+def test_build_info_process_metrics_no_created_series_and_promtool_passes(
+        board: StatusBoard) -> None:
+    import shutil  # noqa: PLC0415
+
+    from sglang_guard import __version__  # noqa: PLC0415
+
+    assert board.address is not None
+    m = scrape(board.address)
+    assert value(m, "sglang_guard_build_info", version=__version__, sglang_version="unknown") == 1
+    assert value(m, "process_open_fds") > 0
+    assert value(m, "process_resident_memory_bytes") > 0
+    assert not [name for name, _ in m if name.endswith("_created")]
+    body = get(board.address, "/metrics")[1]
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is missing: .ci/run installs Debian's prometheus for it")
+    out = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
+                         check=False)
+    assert out.returncode == 0, out.stdout + out.stderr

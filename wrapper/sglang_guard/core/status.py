@@ -140,9 +140,20 @@ def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
     return snap, Counts()
 
 
+# One action vocabulary for the metrics: a rule's (core/rulepack.py FLAG_ACTIONS), which
+# preflight's policy actions map onto (`drop` of preflight is a rule's `drop_flag`).
+ACTION_LABELS = {"drop": "drop_flag", "rewrite": "rewrite_value", "set": "set_flag"}
+
+
+def action_label(action: str) -> str:
+    """The metrics' label for a remediation's action, whichever side journaled it."""
+    return ACTION_LABELS.get(action, action)
+
+
 def _remediation(snap: Snapshot, record: Mapping[str, Any]) -> tuple[Snapshot, Counts]:
     trigger = str(record.get("trigger", "log"))
-    action = str(record.get("action", "restore" if record.get("event") == "restored" else ""))
+    action = action_label(str(record.get("action", "restore" if record.get("event") ==
+                                                               "restored" else "")))
     labels = (trigger, str(record.get("rule", "")), str(record.get("flag") or ""), action)
     keep = ("trigger", "rule", "flag", "action", "old_value", "value", "new_value", "reason",
             "argv_before", "argv_after", "gen", "ts")

@@ -56,6 +56,9 @@ class _NoMetrics:
     def known_remediations(self, labels: Iterable[tuple[str, str, str, str]]) -> None:
         """Ignore."""
 
+    def build(self, sglang_version: str | None) -> None:
+        """Ignore."""
+
     def count(self, counts: model.Counts) -> None:
         """Ignore."""
 
@@ -101,6 +104,8 @@ class StatusBoard:
                 if isinstance(action, Stop):
                     snap = model.on_stop(snap, action.reason)
             self._set(model.on_phase(snap, state.phase, time.monotonic()))
+            if env.sglang_version != self._version:
+                self.metrics.build(env.sglang_version)
             self._version = env.sglang_version
             if env.matcher is not self._matcher:
                 self._matcher = env.matcher
