@@ -301,3 +301,20 @@ def test_a_group_without_a_secret_refuses_to_start_unless_insecure(group: Any) -
     with socket.create_connection(("127.0.0.1", g.port), timeout=5):
         pass
     stop(leader)
+
+
+def test_idle_connections_on_the_group_port_do_not_shut_the_workers_out(group: Any) -> None:
+    g: Group = group(2)
+    leader, w1 = running_pair(g)
+    idle = [socket.create_connection(("127.0.0.1", g.port), timeout=5) for _ in range(300)]
+    try:
+        status, _, _ = post(g.port, "/group/beat", {"rank": 1, "gen": 0, "reports": []},
+                            g.secret)
+        assert status == 200
+        time.sleep(1.0)  # five of the worker's heartbeats: it must not lose its leader
+        assert not w1.events("group.exit") and w1.proc.poll() is None  # type: ignore[union-attr]
+    finally:
+        for sock in idle:
+            sock.close()
+    (code0, err0), (code1, err1) = stop(leader, w1)
+    assert (code0, code1) == (EXIT_OK, EXIT_OK), (err0, err1)

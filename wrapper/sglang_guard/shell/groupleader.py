@@ -35,6 +35,7 @@ from sglang_guard.errors import EXIT_LEADER_LOST, GiveUp, GuardError
 from sglang_guard.shell.files import read_bytes, write_atomic
 from sglang_guard.shell.groupwire import Clock
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.statusserver import Connections, connection_cap, tracker
 
 # The leader's decisions that start a new generation; a worker's journal names the one behind
 # its relaunch (event, generation, rule, node), so the leader's record is found from it.
@@ -228,6 +229,16 @@ class LeaderLink:
         class Handler(http.server.BaseHTTPRequestHandler):
             timeout = REQUEST_TIMEOUT_S  # a peer that stops sending loses its connection
 
+            def handle_one_request(self) -> None:
+                tracker(self.server).idle(self.request)  # closable for a new connection
+                super().handle_one_request()
+
+            def parse_request(self) -> bool:
+                ok = super().parse_request()
+                if ok:
+                    tracker(self.server).busy(self.request)
+                return ok
+
             def do_POST(self) -> None:
                 peer = str(self.client_address[0])
                 try:
@@ -289,8 +300,20 @@ def _server(host: str, port: int, handler: type[http.server.BaseHTTPRequestHandl
     """The group port's server: daemon threads, errors journaled instead of printed."""
 
     class Server(http.server.ThreadingHTTPServer):
+        """At most `connection_cap()` connections, the oldest idle one closed for a new one
+        (as the status port): a peer holding connections open costs the guard no fds."""
+
         daemon_threads = True
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        request_queue_size = 64
+        connections = Connections(connection_cap())
+
+        def verify_request(self, request: Any, client_address: Any) -> bool:
+            return self.connections.admit(request)
+
+        def shutdown_request(self, request: Any) -> None:
+            self.connections.gone(request)
+            super().shutdown_request(request)
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             on_error(str(client_address[0]) if client_address else "?",
