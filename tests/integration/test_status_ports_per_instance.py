@@ -68,6 +68,7 @@ def test_two_guards_on_one_host_each_serve_their_own_status_port(tmp_path: Path)
             for address in addresses:
                 code, body = get(address, "/status")
                 assert code == 200 and json.loads(body)["phase"] in ("starting", "ready")
+                assert json.loads(body)["listen"] == {"host": address[0], "port": address[1]}
                 assert get(address, "/livez")[0] == 200
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)

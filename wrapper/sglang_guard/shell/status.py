@@ -152,7 +152,10 @@ class StatusBoard:
     def document(self) -> dict[str, Any]:
         """The /status JSON."""
         with self._lock:
-            return model.public(self._snap, time.monotonic(), self._version)
+            doc = model.public(self._snap, time.monotonic(), self._version)
+        if self.address is not None:  # where this port listens (a derived or any free port)
+            doc["listen"] = {"host": self.address[0], "port": self.address[1]}
+        return doc
 
     def alive(self, timeout: float = LIVEZ_WAIT_S) -> bool:
         """Whether the loop takes an event within `timeout` (before the loop: preflight runs)."""
