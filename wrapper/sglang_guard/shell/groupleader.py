@@ -346,6 +346,9 @@ class Learned:
     def replay(self, options: OptionTable) -> CommandLine | None:
         """The learned command line for these inputs (None: nothing learned, other inputs, or
         a file that no rule could have written: journaled `learned.refused`)."""
+        with contextlib.suppress(OSError):  # one an older guard wrote 0644: private now
+            if self.path.lstat().st_mode & 0o077 and not self.path.is_symlink():
+                self.path.chmod(0o600)
         try:
             data = auth.strict_json(read_bytes(self.path, limit=auth.MAX_BODY, nofollow=True))
             if data.get("inputs") != self.key:
