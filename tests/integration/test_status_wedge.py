@@ -126,7 +126,8 @@ def test_idle_connections_and_a_slowloris_leave_livez_and_the_loop_working(
                   f"guard fd limit {nofile}: "
                   f"median {statistics.median(took) * 1000:.1f} ms, "
                   f"max {max(took) * 1000:.1f} ms; guard fds {fds}, threads {threads}")
-            assert max(took) < 5.0  # answered at all (the figure above is the measure)
+            # Answered at all, each within the client's timeout (on a wedged port the request
+            # times out): the figures printed above are the measure, not an assertion.
             assert head_status == 503  # not ready yet: HEAD answers like GET, no body
             cap = connection_cap(nofile)
             assert fds <= cap + 24  # the port keeps to its cap (the rest: the guard's own)
