@@ -119,12 +119,11 @@ def test_forged_beats_reports_and_joins_change_nothing(group: Any) -> None:
 def test_hostile_bodies_are_refused_and_journaled_never_printed(group: Any) -> None:
     g: Group = group(2)
     leader, w1 = running_pair(g)
-    # 256 MiB announced: refused at the header, before a byte of the body is read.
-    started = time.monotonic()
+    # 256 MiB announced and never sent: refused at the header, before a byte of the body is
+    # read (a server that waited for the body would leave the client to time out).
     status, answer, _ = raw_post(g.port, "/group/beat", b"", {
         "Content-Length": str(256 << 20)}, send_body=False)
     assert status == 413, answer
-    assert time.monotonic() - started < 5
     for length in ("-1", "abc", "1e9", ""):
         status, _, _ = raw_post(g.port, "/group/beat", b"", {"Content-Length": length},
                                 send_body=False)
