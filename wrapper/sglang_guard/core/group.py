@@ -9,8 +9,6 @@ decision for the whole group (`core/machine.py`, events `PeerLine` and `PeerDown
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -22,6 +20,7 @@ from sglang_guard.core.events import Event, GroupExit, GroupReady, GroupRelaunch
 from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, derived_port
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import MASK, is_secret_dest
+from sglang_guard.core.sha import sha256
 from sglang_guard.errors import EXIT_LEADER_LOST, InputError
 
 # Options that differ between the nodes of one group by nature: the rank, and the HTTP
@@ -136,9 +135,12 @@ class Digest:
 
 def _short(value: str, key: bytes | None) -> str:
     if key is None:
-        return "sha256:" + hashlib.sha256(value.encode()).hexdigest()[:12]
-    # keyed with the group secret: whoever sees a join cannot try guesses of the value
-    return "hmac:" + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()[:24]
+        return "sha256:" + sha256(value.encode()).hexdigest()[:12]
+    # keyed with the group secret: whoever sees a join cannot try guesses of the value (a
+    # keyed group runs shell/group*, which load the hmac module anyway)
+    from sglang_guard.core.groupauth import hmac_hex  # noqa: PLC0415
+
+    return "hmac:" + hmac_hex(key, value.encode())[:24]
 
 
 def node_flags(cl: CommandLine, key: bytes | None = None) -> dict[str, str | None]:
