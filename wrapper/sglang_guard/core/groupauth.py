@@ -43,8 +43,13 @@ UNAUTHENTICATED = 401
 FORBIDDEN = 403
 
 
+def hmac_hex(secret: bytes, message: bytes) -> str:
+    """HMAC-SHA256 of `message` under `secret`, as hex."""
+    return hmac.new(secret, message, hashlib.sha256).hexdigest()
+
+
 def _mac(secret: bytes, *parts: bytes) -> str:
-    return hmac.new(secret, b"\n".join(parts), hashlib.sha256).hexdigest()
+    return hmac_hex(secret, b"\n".join(parts))
 
 
 def request_mac(secret: bytes, path: str, stamp: str, nonce: str, body: bytes) -> str:
