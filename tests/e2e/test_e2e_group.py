@@ -36,11 +36,13 @@ MARGIN_S = 90.0
 def test_rank0_alone_hangs_in_distributed_init_and_the_group_limit_acts(
         sglang_python: str, tmp_path: Path) -> None:
     model, port, state = write_tiny_llama(tmp_path / "llama"), free_port(), tmp_path / "state"
-    toml = tmp_path / "guard.toml"
+    toml, secret = tmp_path / "guard.toml", tmp_path / "group.secret"
+    secret.write_text("e2e-group-secret-0123456789\n")
     toml.write_text("\n".join([
         "[restart]", "max_failures = 1", "stop_grace_s = 10.0",
         "[health]", "liveness_interval_s = 600.0",
         "[group]", f"port = {free_port()}", f"join_timeout_s = {JOIN_S}",
+        f'secret_file = "{secret}"',
     ]) + "\n")
     args = sglang_args(model, port, ["--tp", "2", "--nnodes", "2", "--node-rank", "0",
                                      "--dist-init-addr", f"127.0.0.1:{free_port()}"])

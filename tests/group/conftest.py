@@ -109,6 +109,7 @@ class Group:
         self.nodes: list[Node] = []
         self.settings = {"heartbeat_s": 0.2, "leader_lost_s": 3.0, "worker_lost_s": 3.0,
                          "join_timeout_s": 20.0}
+        self.secret = "group-secret-" + os.urandom(12).hex()  # every node's own copy of it
 
     def node(self, rank: int, plans: list[list[list[Any]]], *,
              config: dict[str, Any] | None = None) -> Node:
@@ -140,11 +141,14 @@ class Group:
         return node
 
     def _write_config(self, node: Node) -> None:
+        secret = node.root / "group.secret"
+        secret.write_text(self.secret + "\n")
+        secret.chmod(0o600)
         lines = ["[sglang]", f"launch = {json.dumps(node.launcher.command)}",
                  "[restart]", "max_failures = 3", "backoff_initial_s = 0.05",
                  "backoff_max_s = 0.1", "stop_grace_s = 2.0",
                  "[health]", f'host = "{HEALTH_HOST}"', "timeout_s = 2.0",
-                 "[group]", f"port = {self.port}",
+                 "[group]", f"port = {self.port}", f"secret_file = {json.dumps(str(secret))}",
                  *[f"{k} = {v}" for k, v in self.settings.items()],
                  "[status]", 'listen = "off"',  # one host, several guards: no shared port
                  "[gpu]", 'sm = "none"', "[log]", 'format = "json"']

@@ -6,6 +6,7 @@ loads, the guard says so in STATUS= and keeps the watchdog fed.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -80,5 +81,41 @@ def test_ready_only_after_health_200_status_and_watchdog(tmp_path: Path, pack: P
             code, _, _ = finish(proc)
             assert code == EXIT_OK
             assert "STATUS=stopping" in listener.fields()
+    finally:
+        listener.close()
+
+
+def test_sglang_never_sees_the_notify_socket_and_the_stop_says_stopping(
+        tmp_path: Path, pack: Path) -> None:  # noqa: F811
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    state, seen = tmp_path / "state", tmp_path / "child-env.json"
+    # the fake SGLang, behind a first step that writes down the environment it was given
+    dump = ("import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)));"
+            " os.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
+    listener = Listener(tmp_path / "notify.sock")
+    try:
+        with HealthServer() as server:
+            config = guard_toml(tmp_path, launcher, pack, max_failures=3)
+            launch = [sys.executable, "-c", dump, str(seen), launcher.command[1]]
+            config.write_text(config.read_text().replace(
+                f"launch = {json.dumps(launcher.command)}", f"launch = {json.dumps(launch)}"))
+            env = {**os.environ, "NOTIFY_SOCKET": str(tmp_path / "notify.sock"),
+                   "WATCHDOG_USEC": "300000", "WATCHDOG_PID": str(os.getpid())}
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sglang_guard", "run", "--config", str(config),
+                 "--state-dir", str(state), "--no-preflight", "--",
+                 "--model-path", "/m", "--port", str(server.port)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=tmp_path)
+            wait_for(lambda: "READY=1" in listener.fields(), what="READY=1")
+            child_env = json.loads(seen.read_text())
+            for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+                assert name not in child_env, name
+            assert child_env["PATH"] == os.environ["PATH"]  # the rest is passed on
+            proc.send_signal(signal.SIGTERM)
+            code, _, _ = finish(proc)
+            assert code == EXIT_OK
+            fields = listener.fields()
+            assert "STOPPING=1" in fields
+            assert fields.index("STOPPING=1") > fields.index("READY=1")
     finally:
         listener.close()

@@ -106,7 +106,7 @@ def test_counters_are_registered_at_zero_before_anything_runs(board: StatusBoard
     assert value(samples, "sglang_guard_time_to_ready_seconds_count") == 0
     assert get(board.address, "/livez")[0] == 200  # preflight runs on the guard's thread
     assert get(board.address, "/readyz")[0] == 503
-    assert get(board.address, "/startupz")[0] == 200
+    assert get(board.address, "/startupz")[0] == 503  # until SGLang is ready
     assert get(board.address, "/nope")[0] == 404
 
 
@@ -166,7 +166,7 @@ def test_liveness_and_crash_restarts_by_cause_and_startupz_503_after_give_up(
                            liveness_failures=2)
     rt = replace(make_runtime(tmp_path, launcher, health=health, max_failures=3, window_s=60.0),
                  observer=board)
-    assert get(board.address, "/startupz")[0] == 200
+    assert get(board.address, "/startupz")[0] == 503  # not started yet
     assert supervise(rt, base_argv(server.port)) == EXIT_GIVE_UP
     m = scrape(board.address)
     assert value(m, "sglang_guard_restarts_total", cause="liveness") == 1
@@ -219,7 +219,7 @@ def test_preflight_remediations_are_counted_as_they_are_journaled(board: StatusB
     journal_preflight(None, decision, load_option_table(), set(), board)  # no journal: counted
     m = scrape(board.address)
     assert value(m, "sglang_guard_remediations_total", trigger="preflight", rule="compat.arch",
-                 flag="--attention-backend", action="drop") == 1
+                 flag="--attention-backend", action="drop_flag") == 1  # one vocabulary
     doc = json.loads(get(board.address, "/status")[1])
     assert doc["last_remediation"]["trigger"] == "preflight"
     assert doc["phase"] == "preflight"
@@ -229,7 +229,7 @@ def test_a_stalled_stage_turns_startupz_503(board: StatusBoard) -> None:
     assert board.address is not None
     board.set_stage("weight loading")
     assert json.loads(get(board.address, "/status")[1])["stage"] == "weight loading"
-    assert get(board.address, "/startupz")[0] == 200
+    assert get(board.address, "/startupz")[0] == 503  # loading: not up yet
     board.stalled("weight loading")
     assert get(board.address, "/startupz")[0] == 503
     assert value(scrape(board.address), "sglang_guard_start_stalled") == 1
@@ -295,7 +295,7 @@ def test_a_start_the_stage_watcher_finds_stalled_turns_startupz_503(
     seen: dict[str, Any] = {}
 
     def during(sup: Supervisor) -> None:
-        assert get(address, "/startupz")[0] == 200  # loading, within its limit
+        assert get(address, "/startupz")[0] == 503  # loading, within its limit: not up yet
         wait_for(lambda: count(tmp_path / "state", "start.stalled") >= 1, what="a stall")
         seen["startupz"] = get(address, "/startupz")[0]
         seen["status"] = json.loads(get(address, "/status")[1])
@@ -319,3 +319,24 @@ def test_a_loop_step_that_changes_nothing_touches_no_gauge(board: StatusBoard) -
         board.step(state, env, [])  # type: ignore[arg-type]
     assert len(shown) == 1
     assert board.snapshot().phase == "starting"
+
+
+def test_build_info_process_metrics_no_created_series_and_promtool_passes(
+        board: StatusBoard) -> None:
+    import shutil  # noqa: PLC0415
+
+    from sglang_guard import __version__  # noqa: PLC0415
+
+    assert board.address is not None
+    m = scrape(board.address)
+    assert value(m, "sglang_guard_build_info", version=__version__, sglang_version="unknown") == 1
+    assert value(m, "process_open_fds") > 0
+    assert value(m, "process_resident_memory_bytes") > 0
+    assert not [name for name, _ in m if name.endswith("_created")]
+    body = get(board.address, "/metrics")[1]
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool is missing: .ci/run installs Debian's prometheus for it")
+    out = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True,
+                         check=False)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -74,3 +74,32 @@ def test_units_do_not_restart_a_broken_environment(unit: str) -> None:
     line = next(ln for ln in (UNITS / unit).read_text().splitlines()
                 if ln.startswith("RestartPreventExitStatus="))
     assert str(EXIT_ENVIRONMENT) in line.split("=", 1)[1].split()
+
+
+def _exposure(unit: Path, tmp_path: Path, instance: str | None = None) -> float:
+    """`systemd-analyze security --offline=true`'s overall exposure level of the unit."""
+    import re  # noqa: PLC0415
+
+    target = tmp_path / unit.name
+    target.write_text(unit.read_text())
+    if instance is not None:
+        link = tmp_path / unit.name.replace("@.", f"@{instance}.")
+        link.symlink_to(target)
+        target = link
+    out = subprocess.run(["systemd-analyze", "security", "--offline=true", str(target)],
+                         capture_output=True, text=True, check=False)
+    m = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", out.stdout + out.stderr)
+    assert m is not None, out.stdout + out.stderr
+    return float(m.group(1))
+
+
+@pytest.mark.parametrize(("unit", "instance"), [("sglang-guard.service", None),
+                                                ("sglang-guard@.service", "llama")])
+def test_units_are_hardened_under_4(unit: str, instance: str | None, tmp_path: Path) -> None:
+    level = _exposure(UNITS / unit, tmp_path, instance)
+    print(f"\nsystemd-analyze security {unit}: {level}")
+    assert level < 4.0
+    text = (UNITS / unit).read_text()
+    assert "User=sglang-guard" in text  # its own user, which the sysusers file creates
+    sysusers = (UNITS / "sglang-guard.sysusers").read_text()
+    assert "u sglang-guard " in sysusers

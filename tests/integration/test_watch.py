@@ -94,6 +94,23 @@ def test_reading_a_file_is_not_a_change(watched: tuple[queue.Queue[Event], Path,
     assert _quiet(events)
 
 
+def test_a_configmap_update_through_the_data_symlink_swap_is_a_change(tmp_path: Path) -> None:
+    from kubelet import config_map, update_config_map  # noqa: PLC0415
+
+    root = config_map(tmp_path / "etc", {"guard.toml": "a = 1\n", "rules.toml": "b = 1\n"})
+    events: queue.Queue[Event] = queue.Queue()
+    watcher = FileWatcher(events, {str(root / "guard.toml"): "guard_config"}, debounce=0.2)
+    watcher.start()
+    try:
+        update_config_map(root, {"guard.toml": "a = 2\n", "rules.toml": "b = 1\n"})
+        event = _next(events)
+        assert (Path(event.path).name, event.kind) == ("guard.toml", "guard_config")
+        assert (root / "guard.toml").read_text() == "a = 2\n"
+        assert _quiet(events)
+    finally:
+        watcher.stop()
+
+
 def test_writes_to_other_files_in_the_directory_are_not_even_delivered(
         watched: tuple[queue.Queue[Event], Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     """A log appended beside the config (kept open, as a redirect is) wakes nothing.

@@ -40,6 +40,16 @@ def test_spec_from_sglang_flags() -> None:
     assert group.group_spec(cl(*BASE), {}, 9489).leads  # type: ignore[union-attr]
 
 
+def test_the_default_group_port_moves_with_the_dist_init_port() -> None:
+    spec = group.group_spec(cl(*BASE), {}, 0)  # 10.0.0.5:20000
+    assert spec is not None and spec.port == 9489
+    other = cl("--model-path", "/m", "--nnodes", "2", "--dist-init-addr", "[fd00::5]:20007")
+    assert group.group_spec(other, {}, 0).port == 9489 + 14  # type: ignore[union-attr]
+    lws = {"LWS_LEADER_ADDRESS": "l.ns", "LWS_GROUP_SIZE": "2"}
+    assert group.group_spec(cl("--model-path", "/m"), lws, 0).port == 9489  # type: ignore[union-attr]
+    assert group.group_spec(cl(*BASE), {}, 7000).port == 7000  # type: ignore[union-attr]
+
+
 def test_spec_from_lws_env_and_ipv6_dist_init() -> None:
     env = {"LWS_LEADER_ADDRESS": "sglang-0.sglang.ns", "LWS_WORKER_INDEX": "1",
            "LWS_GROUP_SIZE": "2"}
@@ -78,7 +88,52 @@ def test_differences_name_what_differs() -> None:
         "the GPU SM: 80 here, 90 on the leader",
     ]
     other_key = digest(*BASE[:-1], "other")
-    assert group.differences(leader, other_key)[0].startswith("--api-key: sha256:")
+    assert group.differences(leader, other_key) == [
+        "--api-key: differs from the leader's (a secret: no value is shown)"]
+    packs = group.make_digest(cl(*BASE), "c" * 64, "0.5.23", 90, 8, rules="a" * 64)
+    assert group.differences(leader, packs) == [
+        "the rule packs (sha256): aaaaaaaaaaaa here, unset on the leader"]
+    policy = group.make_digest(cl(*BASE), "c" * 64, "0.5.23", 90, 8, policy="b" * 64)
+    assert group.differences(leader, policy)[0].startswith("the guard policy (sha256)")
+
+
+def test_secret_hashes_are_keyed_with_the_group_secret() -> None:
+    plain = digest(*BASE).flags["--api-key"]
+    keyed = group.make_digest(cl(*BASE), None, None, None, None, key=b"k" * 16)
+    other = group.make_digest(cl(*BASE), None, None, None, None, key=b"j" * 16)
+    assert plain is not None and plain.startswith("sha256:")
+    assert keyed.flags["--api-key"] != other.flags["--api-key"]
+    assert str(keyed.flags["--api-key"]).startswith("hmac:")
+    assert "sekrit" not in str(keyed.to_json())
+
+
+@pytest.mark.parametrize("argv", [
+    ("--api-key", "sekrit"), ("--api-key=sekrit",), ("--api-k", "sekrit"),
+    ("--admin-api-key", "sekrit", "--api-key=sekrit2"),
+])
+def test_a_launch_travels_with_its_secrets_masked_and_a_worker_fills_its_own(
+        argv: tuple[str, ...]) -> None:
+    mine = cl("--model-path", "/m", "--nnodes", "2", "--node-rank", "0", *argv)
+    launch = group.masked_launch(mine, "/d")
+    assert not any("sekrit" in tok for tok in launch.argv)
+    assert "***" in " ".join(launch.argv)
+    worker_own = cl("--model-path", "/m", "--nnodes", "2", "--node-rank", "1", *argv)
+    worker = group.worker_command_line(launch, 1, OPTIONS, "/w", worker_own)
+    assert worker.value("api_key") == mine.value("api_key")
+    assert worker.value("admin_api_key") == mine.value("admin_api_key")
+    assert worker.value("node_rank") == "1"
+    assert group.unmask(launch, OPTIONS, mine).argv == mine.argv
+
+
+def test_a_masked_yaml_secret_is_filled_from_the_workers_own() -> None:
+    yaml_data = {"api-key": "sekrit", "tp-size": 2}
+    mine = parse_command_line(("--config", "/c.yaml", "--nnodes", "2"), OPTIONS, yaml_data)
+    launch = group.masked_launch(mine, "/d")
+    assert launch.yaml_data == {"api-key": "***", "tp-size": 2}
+    back = group.unmask(launch, OPTIONS, mine)
+    assert back.value("api_key") == "sekrit"
+    with pytest.raises(ValueError, match="no value"):
+        group.unmask(launch, OPTIONS, cl("--nnodes", "2"))
 
 
 # --- the leader's roster on a fake clock ----------------------------------------------------

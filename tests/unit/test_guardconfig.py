@@ -164,7 +164,8 @@ def test_locate_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_group_section_defaults_and_checks() -> None:
     group = parse_guard_config("", "g.toml").group
-    assert (group.port, group.bind, group.leader_lost_s) == (9489, "127.0.0.1", 30.0)
+    assert (group.port, group.bind, group.leader_lost_s) == (0, "auto", 30.0)  # 0: derived
+    assert (group.secret_file, group.insecure) == ("", False)
     cfg = parse_guard_config('[group]\nport = 7000\nbind = "10.0.0.5"\nleader_lost_s = 5\n', "g")
     assert (cfg.group.port, cfg.group.bind, cfg.group.leader_lost_s) == (7000, "10.0.0.5", 5.0)
     with pytest.raises(ConfigError, match=r"group.port: expected a TCP port"):

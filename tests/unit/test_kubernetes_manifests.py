@@ -56,7 +56,7 @@ def test_both_examples_are_there() -> None:
 def test_pod_runs_the_guard_as_documented(name: str, role: str, spec: dict[str, Any]) -> None:
     (container,) = spec["containers"]
     program, command = container["command"]
-    assert program in SCRIPTS and SCRIPTS[program] == "sglang_guard.cli:main"
+    assert program in SCRIPTS and SCRIPTS[program] == "sglang_guard.pid1:main"
     assert command in cli_main.commands and command == "serve"
     env = {e["name"]: e.get("value") for e in container["env"]}
     listen = parse_listen(env[ENV_LISTEN], allow_remote=env[ENV_ALLOW_REMOTE] == "1")
@@ -75,3 +75,74 @@ def test_pod_runs_the_guard_as_documented(name: str, role: str, spec: dict[str, 
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
     assert state in mounts
     assert mounts[state] in {v["name"] for v in spec["volumes"]}
+
+
+def configmap_guard(name: str) -> Any:
+    """The guard config the manifest's ConfigMap holds."""
+    from sglang_guard.core.guardconfig import parse_guard_config  # noqa: PLC0415
+
+    (doc,) = [d for p in MANIFESTS if p.name == name for d in yaml.safe_load_all(p.read_text())
+              if d["kind"] == "ConfigMap"]
+    return parse_guard_config(doc["data"]["guard.toml"], f"{name}: ConfigMap")
+
+
+@pytest.mark.parametrize(("name", "role", "spec"), workloads())
+def test_pod_is_locked_down_and_every_writable_path_is_a_volume(
+        name: str, role: str, spec: dict[str, Any]) -> None:
+    from sglang_guard.core.guardconfig import StartSection  # noqa: PLC0415
+    from sglang_guard.core.stages import STAGES  # noqa: PLC0415
+
+    pod = spec["securityContext"]
+    assert pod["runAsNonRoot"] is True and pod["runAsUser"] >= 10000  # a fixed, non-root UID
+    assert pod["seccompProfile"]["type"] == "RuntimeDefault"
+    assert spec["automountServiceAccountToken"] is False
+    (container,) = spec["containers"]
+    sec = container["securityContext"]
+    assert sec["allowPrivilegeEscalation"] is False and sec["privileged"] is False
+    assert sec["readOnlyRootFilesystem"] is True
+    assert sec["capabilities"]["drop"] == ["ALL"] and "add" not in sec["capabilities"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    for path in (env["SGLANG_GUARD_STATE_DIR"], env["TMPDIR"], env["HOME"],
+                 env["XDG_CACHE_HOME"], "/dev/shm"):
+        assert path in mounts, path
+    # the status port binds the pod's IP (where the kubelet probes), not every address
+    assert env[ENV_LISTEN].startswith("$(POD_IP):")
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in \
+        container["env"]
+    # the grace period covers the configured stop; the startup budget the longest start
+    guard = configmap_guard(name)
+    assert spec["terminationGracePeriodSeconds"] >= guard.restart.stop_grace_s + 10
+    probe = container["startupProbe"]
+    longest = sum(StartSection().limit(stage) for stage in STAGES)
+    assert probe["periodSeconds"] * probe["failureThreshold"] >= longest
+
+
+def test_the_lws_group_is_authenticated_and_fenced() -> None:
+    from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT  # noqa: PLC0415
+
+    cfg = configmap_guard("leaderworkerset.yaml").group
+    assert cfg.secret_file and not cfg.insecure
+    assert cfg.bind == "auto"  # the leader host, never 0.0.0.0
+    docs = {d["kind"]: d for d in yaml.safe_load_all(
+        (ROOT / "deploy" / "kubernetes" / "leaderworkerset.yaml").read_text())}
+    lwt = docs["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    name = docs["LeaderWorkerSet"]["metadata"]["name"]
+    for template in ("leaderTemplate", "workerTemplate"):
+        spec = lwt[template]["spec"]
+        (container,) = spec["containers"]
+        mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+        volume = mounts[str(Path(cfg.secret_file).parent)]
+        (secret,) = [v for v in spec["volumes"] if v["name"] == volume]
+        assert secret["secret"]["secretName"]  # a Secret, mounted in both pod templates
+    policy = docs["NetworkPolicy"]["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["podSelector"]["matchLabels"]["leaderworkerset.sigs.k8s.io/name"] == name
+    for rule in policy["ingress"]:
+        ports = {p["port"] for p in rule.get("ports", [])}
+        if not ports or DEFAULT_GROUP_PORT in ports:  # the group port is reachable by it
+            (peer,) = rule["from"]
+            assert peer == {"podSelector": {"matchLabels": {
+                "leaderworkerset.sigs.k8s.io/name": name}}}
+    service = docs["Service"]["spec"]
+    assert service["selector"] == {"leaderworkerset.sigs.k8s.io/name": name, "role": "leader"}

@@ -133,6 +133,13 @@ def test_a_scaled_value_on_a_flag_with_choices_is_refused(options: OptionTable) 
     ("set_flag", "--custom-weight-loader", 'new_value = "evil.load"\n'),
     ("set_flag", "--forward-hooks", 'new_value = "[]"\n'),
     ("set_flag", "--ssl-keyfile-password", 'new_value = "x"\n'),
+    ("set_flag", "--config", 'new_value = "/evil.yaml"\n'),  # swaps every flag
+    ("set_flag", "--delete-ckpt-after-loading", ""),  # deletes the model directory
+    ("drop_flag", "--delete-ckpt-after-loading", ""),
+    ("set_flag", "--modelopt-checkpoint-restore-path", 'new_value = "/evil"\n'),
+    ("set_flag", "--modelopt-checkpoint-save-path", 'new_value = "/tmp/x"\n'),
+    ("set_flag", "--modelopt-export-path", 'new_value = "/tmp/x"\n'),
+    ("set_flag", "--init-expert-location", 'new_value = "/evil.pt"\n'),
 ])
 def test_deny_listed_flags_are_refused(
         options: OptionTable, action: str, flag: str, extra: str) -> None:

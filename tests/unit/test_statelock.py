@@ -33,12 +33,32 @@ def test_the_state_dir_is_created_0700_and_refused_when_others_may_write(tmp_pat
     assert made.stat().st_mode & 0o777 == 0o700
     shared = tmp_path / "shared"
     shared.mkdir()
-    for mode in (0o777, 0o1777, 0o770):
+    for mode in (0o777, 0o1777, 0o770):  # a kubelet's emptyDir is 0777
         shared.chmod(mode)
-        with pytest.raises(InputError, match="writable by other users"):
-            ensure_state_dir(str(shared))
+        used = ensure_state_dir(str(shared))
+        assert used == shared / f"sglang-guard-{os.geteuid()}"
+        assert used.lstat().st_mode & 0o777 == 0o700
+    (shared / f"sglang-guard-{os.geteuid()}").chmod(0o755)  # loosened: made 0700 again
+    assert ensure_state_dir(str(shared)).stat().st_mode & 0o777 == 0o700
     shared.chmod(0o755)
-    ensure_state_dir(str(shared))
+    assert ensure_state_dir(str(shared)) == shared
+
+
+def test_in_a_shared_dir_a_planted_symlink_or_another_users_dir_is_refused(
+        tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    (shared / f"sglang-guard-{os.geteuid()}").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(InputError, match="symlink"):
+        ensure_state_dir(str(shared))
+    (shared / f"sglang-guard-{os.geteuid()}").unlink()
+    (shared / f"sglang-guard-{os.geteuid()}").mkdir(mode=0o700)
+    if os.geteuid() == 0:  # root can hand the dir to another user
+        os.chown(shared / f"sglang-guard-{os.geteuid()}", 4242, 4242)
+        with pytest.raises(InputError, match="owned by uid 4242"):
+            ensure_state_dir(str(shared))
 
 
 def test_the_default_state_dir_names_the_instance_by_port(

@@ -78,7 +78,9 @@ def test_a_preflight_remediation_does_not_name_the_next_restart() -> None:
     rec = {"event": "remediated", "trigger": "preflight", "rule": "compat.arch",
            "flag": "--attention-backend", "action": "drop"}
     _, counts = fold([rec, start(1)])
-    assert counts[0].remediation == ("preflight", "compat.arch", "--attention-backend", "drop")
+    # one action vocabulary: preflight's `drop` is counted as a rule's `drop_flag`
+    assert counts[0].remediation == ("preflight", "compat.arch", "--attention-backend",
+                                     "drop_flag")
     assert counts[1].launch == "start"
 
 
@@ -106,9 +108,18 @@ def test_give_up_reasons_become_a_small_label_set(records: list[Any], label: str
     assert not model.startup_ok(snap)
 
 
-def test_startup_is_ok_until_a_stage_stalls_and_loading_names_the_stage() -> None:
+def test_startup_is_503_until_ready_then_ok_until_a_stall_or_give_up() -> None:
     snap = model.on_phase(model.Snapshot(), "starting", 1.0)
-    assert snap.phase == "starting" and model.startup_ok(snap)
+    assert snap.phase == "starting" and not model.startup_ok(snap)  # not up yet
+    up, _ = fold([start(1), {"event": "ready"}], snap)
+    assert model.startup_ok(up)
+    again, _ = fold([EXIT, start(2)], up)
+    assert model.startup_ok(again)  # came up once: a restart is the liveness probe's business
+    assert not model.startup_ok(model.on_stalled(again, "weight loading"))
+
+
+def test_loading_names_the_stage_and_a_stall_is_503() -> None:
+    snap = model.on_phase(model.Snapshot(), "starting", 1.0)
     snap = model.on_stage(snap, "weight loading", 2.0)
     assert snap.phase == "loading" and snap.since == 2.0
     assert model.on_phase(snap, "starting", 3.0) is snap  # still loading

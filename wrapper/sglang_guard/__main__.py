@@ -1,7 +1,7 @@
-"""`python -m sglang_guard` runs the CLI."""
+"""`python -m sglang_guard` runs the CLI (behind a minimal init when it is PID 1)."""
 
 from __future__ import annotations
 
-from sglang_guard.cli import main
+from sglang_guard.pid1 import main
 
 main()

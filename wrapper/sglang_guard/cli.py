@@ -163,10 +163,16 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
         args: tuple[str, ...]) -> None:
     """Preflight, then run SGLang and fix its command line when a fatal log line appears.
 
-    Exit status: 0 after SIGTERM/SIGINT (SGLang's whole tree stopped first), 75 when the guard
-    gives up (crash loop, a fix that did not hold, busy port), 78 when the policy refuses,
-    2 for bad usage or input (a command line SGLang's parser rejects: never launched),
-    69 when SGLang's environment is broken (or the interpreter has no SGLang).
+    \b
+    Exit status:
+      0   after SIGTERM/SIGINT (SGLang's whole tree stopped first)
+      2   bad usage or input (a missing model, a bad config, no group secret, a command
+          line SGLang's parser rejects: never launched)
+      69  SGLang's environment is broken (or the interpreter has no SGLang)
+      70  a bug in the guard
+      75  the guard gave up (crash loop, a fix that did not hold, busy port)
+      76  a group worker lost its leader (or never reached it)
+      78  the policy refused the command line (or a group leader refused this node)
     """
     from sglang_guard.shell import logsetup  # noqa: PLC0415
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
@@ -224,6 +230,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     """
     from sglang_guard.core.redact import redact_text, redact_value  # noqa: PLC0415
     from sglang_guard.core.rules import Matcher  # noqa: PLC0415
+    from sglang_guard.core.termsafe import printable  # noqa: PLC0415
     from sglang_guard.shell.explain import (  # noqa: PLC0415
         explain_fix,
         explain_log,
@@ -250,10 +257,10 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
         return
     if not matches:
         click.echo("no rule matches this log")
-    for m in matches if show_all else matches[:1]:
-        click.echo(redact_text(m.render()))
+    for m in matches if show_all else matches[:1]:  # a log line's ESC/CR shown, not acted
+        click.echo(printable(redact_text(m.render())))
     if with_argv:
-        click.echo(redact_text(render_fix(fix)))
+        click.echo(printable(redact_text(render_fix(fix))))
 
 
 @main.group()
@@ -279,19 +286,20 @@ def import_(output: str | None, versions: str | None, sglang_src: str | None,
     Exit status: 0 written, 2 bad input (unreadable dataset, unknown schema version, no
     record that gives a rule).
     """
+    from sglang_guard.core.termsafe import printable  # noqa: PLC0415
     from sglang_guard.shell.importer import import_dataset  # noqa: PLC0415
 
     outcome = import_dataset(dataset, output=output, versions=versions,
                              sglang_src=sglang_src, name=name)
     for note in outcome.imported.notes:
-        click.echo(f"sglang-guard: record {note.record}: {note.problem}", err=True)
+        click.echo(printable(f"sglang-guard: record {note.record}: {note.problem}"), err=True)
     rules_ = outcome.pack.rules
     advice = sum(r.action == "advice" for r in rules_)
     skipped = sum(n.skipped for n in outcome.imported.notes)
     summary = (f"{len(rules_)} rules ({len(rules_) - advice} with an action, {advice} advice) "
                f"from {outcome.imported.records} records, {skipped} skipped")
     if output is None:
-        click.echo(outcome.text, nl=False)
+        click.echo(outcome.text, nl=False)  # TOML: every control character is escaped
         click.echo(f"sglang-guard: {summary}", err=True)
     else:
         click.echo(f"sglang-guard: wrote {output}: {summary}", err=True)

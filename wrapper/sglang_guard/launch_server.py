@@ -100,4 +100,7 @@ def _launch(args: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    from sglang_guard.pid1 import init_if_pid1
+
+    init_if_pid1()  # a container's first process: a minimal init in front (pid1.py)
     main()

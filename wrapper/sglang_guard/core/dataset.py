@@ -341,11 +341,17 @@ def import_records(entries: Iterable[Entry], table: OptionTable,
 # --- writing -------------------------------------------------------------------------------
 
 
+# Left raw by json.dumps(ensure_ascii=False): DEL (which TOML forbids raw), the C1 controls
+# and the Unicode line/bidi controls (which a terminal showing the pack would act on).
+_RAW_CONTROLS = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def _toml(value: str | tuple[str, ...]) -> str:
     # A JSON string is a TOML basic string (same escapes); lone surrogates cannot be either.
     if isinstance(value, tuple):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
-    return json.dumps(value.encode("utf-8", "replace").decode("utf-8"), ensure_ascii=False)
+    text = json.dumps(value.encode("utf-8", "replace").decode("utf-8"), ensure_ascii=False)
+    return _RAW_CONTROLS.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 def render_pack(name: str, versions: str, imported: Imported, origin: str) -> str:

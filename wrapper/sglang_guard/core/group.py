@@ -17,8 +17,9 @@ from typing import Any
 from sglang_guard.core.argv import CONFIG_FLAG, CommandLine, parse_command_line
 from sglang_guard.core.edits import Edit, apply_edits, derived_path_for
 from sglang_guard.core.events import Event, GroupExit, GroupReady, GroupRelaunch
+from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, derived_port
 from sglang_guard.core.options import OptionTable
-from sglang_guard.core.redact import is_secret_dest
+from sglang_guard.core.redact import MASK, is_secret_dest
 from sglang_guard.core.sha import sha256
 from sglang_guard.errors import EXIT_LEADER_LOST, InputError
 
@@ -65,8 +66,21 @@ def _pick(flag: str | None, env: str | None, flag_name: str, env_name: str) -> s
     return flag if flag is not None else env
 
 
+def _port_of(addr: str) -> int | None:
+    """The port of `HOST:PORT` or `[V6]:PORT` (None: none, or not a number)."""
+    tail = addr.strip().rsplit("]", 1)[-1] if addr.strip().startswith("[") else addr.strip()
+    if ":" not in tail:
+        return None
+    text = tail.rsplit(":", 1)[1]
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 5 else None
+
+
 def group_spec(cl: CommandLine, environ: Mapping[str, str], port: int) -> GroupSpec | None:
-    """The group this command line belongs to (SGLang's flags, else LWS's env); None: one node."""
+    """The group this command line belongs to (SGLang's flags, else LWS's env); None: one node.
+
+    `port` 0: the default group port moved by --dist-init-addr's port (the same on every node
+    of the group, and another for each group a host runs), 9489 without it.
+    """
     nnodes_text = _pick(cl.value("nnodes"), environ.get("LWS_GROUP_SIZE"),
                         "--nnodes", "LWS_GROUP_SIZE")
     nnodes = _int(nnodes_text, "--nnodes") if nnodes_text else 1
@@ -79,6 +93,8 @@ def group_spec(cl: CommandLine, environ: Mapping[str, str], port: int) -> GroupS
         raise InputError(f"--node-rank {rank} is outside the group (--nnodes {nnodes})")
     addr = cl.value("dist_init_addr")
     leader = _host_of(addr) if addr else environ.get("LWS_LEADER_ADDRESS", "").strip()
+    if port == 0:
+        port = derived_port(DEFAULT_GROUP_PORT, _port_of(addr) if addr else None)
     if not leader:
         raise InputError(f"--nnodes {nnodes} needs --dist-init-addr HOST:PORT (or "
                          "LWS_LEADER_ADDRESS) so the guards can find the leader")
@@ -97,6 +113,9 @@ class Digest:
     sglang: str | None
     gpu_sm: int | None
     gpu_count: int | None
+    # sha256 of the rule packs as loaded: a worker's own rules decide which lines it reports
+    rules: str | None = None
+    policy: str | None = None  # sha256 of the guard policy (and [rules] allow_set)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready mapping."""
@@ -108,16 +127,23 @@ class Digest:
         try:
             flags = {str(k): None if v is None else str(v) for k, v in data["flags"].items()}
             return cls(flags, data.get("model_config"), data.get("sglang"),
-                       data.get("gpu_sm"), data.get("gpu_count"))
+                       data.get("gpu_sm"), data.get("gpu_count"), data.get("rules"),
+                       data.get("policy"))
         except (KeyError, AttributeError, TypeError) as exc:
             raise ValueError(f"malformed digest: {exc}") from None
 
 
-def _short(value: str) -> str:
-    return sha256(value.encode()).hexdigest()[:12]
+def _short(value: str, key: bytes | None) -> str:
+    if key is None:
+        return "sha256:" + sha256(value.encode()).hexdigest()[:12]
+    # keyed with the group secret: whoever sees a join cannot try guesses of the value (a
+    # keyed group runs shell/group*, which load the hmac module anyway)
+    from sglang_guard.core.groupauth import hmac_hex  # noqa: PLC0415
+
+    return "hmac:" + hmac_hex(key, value.encode())[:24]
 
 
-def node_flags(cl: CommandLine) -> dict[str, str | None]:
+def node_flags(cl: CommandLine, key: bytes | None = None) -> dict[str, str | None]:
     """The effective flags without the per-node ones and `--config` itself (its content counts)."""
     out: dict[str, str | None] = {}
     for occ in cl.occurrences:
@@ -126,15 +152,16 @@ def node_flags(cl: CommandLine) -> dict[str, str | None]:
             continue
         value = occ.value
         if value is not None and is_secret_dest(spec.dest):
-            value = f"sha256:{_short(value)}"
+            value = _short(value, key)
         out[spec.canonical] = value
     return out
 
 
 def make_digest(cl: CommandLine, model_config: str | None, sglang: str | None,
-                gpu_sm: int | None, gpu_count: int | None) -> Digest:
-    """This node's digest."""
-    return Digest(node_flags(cl), model_config, sglang, gpu_sm, gpu_count)
+                gpu_sm: int | None, gpu_count: int | None, *, rules: str | None = None,
+                policy: str | None = None, key: bytes | None = None) -> Digest:
+    """This node's digest (`key`: the group secret, which keys the hashes of secret values)."""
+    return Digest(node_flags(cl, key), model_config, sglang, gpu_sm, gpu_count, rules, policy)
 
 
 def _shown(value: object) -> str:
@@ -148,11 +175,15 @@ def differences(leader: Digest, node: Digest) -> list[str]:
     out: list[str] = []
     for flag in sorted(set(leader.flags) | set(node.flags)):
         here, there = node.flags.get(flag, "<absent>"), leader.flags.get(flag, "<absent>")
-        if here != there:
+        if here != there and is_secret_dest(flag.lstrip("-").replace("-", "_")):
+            out.append(f"{flag}: differs from the leader's (a secret: no value is shown)")
+        elif here != there:
             out.append(f"{flag}: {_shown(here)} here, {_shown(there)} on the leader")
     for name, what in (("model_config", "the model's config.json (sha256)"),
                        ("sglang", "the SGLang release"), ("gpu_sm", "the GPU SM"),
-                       ("gpu_count", "the GPU count")):
+                       ("gpu_count", "the GPU count"),
+                       ("rules", "the rule packs (sha256)"),
+                       ("policy", "the guard policy (sha256)")):
         here, there = getattr(node, name), getattr(leader, name)
         if here != there:
             out.append(f"{what}: {_shown(here)} here, {_shown(there)} on the leader")
@@ -268,16 +299,73 @@ class Launch:
         return cls(tuple(argv), yaml_data, str(data.get("derived_dir", "")))
 
 
-def worker_command_line(launch: Launch, rank: int, options: OptionTable, derived_dir: str
-                        ) -> CommandLine:
-    """The leader's command line with this node's rank (and its own derived-file directory)."""
+def masked_launch(cl: CommandLine, derived_dir: str) -> Launch:
+    """What the leader publishes of `cl`: every secret option's value replaced by MASK.
+
+    HMAC authenticates the group's messages but does not hide them, so an API key never
+    travels; each worker puts back its own value (`worker_command_line`), which its join
+    digest proved equal to the leader's.
+    """
+    argv = list(cl.argv)
+    yaml_data = dict(cl.yaml_data) if cl.yaml_data is not None else None
+    for occ in cl.occurrences:
+        if occ.spec is None or not is_secret_dest(occ.spec.dest) or not occ.values:
+            continue
+        if occ.origin == "yaml" and yaml_data is not None and occ.yaml_key is not None:
+            yaml_data[occ.yaml_key] = MASK
+        elif occ.inline:
+            argv[occ.index] = f"{occ.option}={MASK}"
+        else:
+            for at in range(occ.index + 1, occ.index + occ.count):
+                argv[at] = MASK
+    return Launch(tuple(argv), yaml_data, derived_dir)
+
+
+def _unmasked(cl: CommandLine, own: CommandLine) -> tuple[list[str], dict[str, Any] | None]:
+    """`cl` (a masked launch) with this node's own values of its secret options."""
+    argv = list(cl.argv)
+    yaml_data = dict(cl.yaml_data) if cl.yaml_data is not None else None
+    for occ in cl.occurrences:
+        if occ.spec is None or not is_secret_dest(occ.spec.dest) or MASK not in occ.values:
+            continue
+        mine = own.last(occ.spec.dest)
+        if mine is None or not mine.values:
+            raise ValueError(f"the leader runs {occ.spec.canonical}, this node has no value "
+                             "for it")
+        if occ.origin == "yaml" and yaml_data is not None and occ.yaml_key is not None:
+            raw = (own.yaml_data or {}).get(mine.yaml_key or "") if mine.origin == "yaml" \
+                else None
+            yaml_data[occ.yaml_key] = raw if raw is not None else mine.value
+        elif occ.inline:
+            argv[occ.index] = f"{occ.option}={mine.value}"
+        elif occ.count - 1 == len(mine.values):
+            argv[occ.index + 1:occ.index + occ.count] = list(mine.values)
+        else:
+            raise ValueError(f"{occ.spec.canonical}: the leader's and this node's values differ "
+                             "in shape")
+    return argv, yaml_data
+
+
+def unmask(launch: Launch, options: OptionTable, own: CommandLine) -> CommandLine:
+    """A masked launch (`masked_launch`) with `own`'s values of its secret options."""
+    argv, yaml_data = _unmasked(parse_command_line(launch.argv, options, launch.yaml_data), own)
+    return parse_command_line(tuple(argv), options, yaml_data)
+
+
+def worker_command_line(launch: Launch, rank: int, options: OptionTable, derived_dir: str,
+                        own: CommandLine | None = None) -> CommandLine:
+    """The leader's command line with this node's rank (and its own derived-file directory),
+    and, in place of each masked secret, this node's own value (`own`: its command line)."""
     argv = list(launch.argv)
-    if launch.yaml_data is not None and CONFIG_FLAG in argv:
+    yaml_data = launch.yaml_data
+    if own is not None:
+        argv, yaml_data = _unmasked(parse_command_line(tuple(argv), options, yaml_data), own)
+    if yaml_data is not None and CONFIG_FLAG in argv:
         at = argv.index(CONFIG_FLAG) + 1
         leader_dir = launch.derived_dir.rstrip("/")
         if at < len(argv) and leader_dir and argv[at].startswith(leader_dir + "/"):
-            argv[at] = derived_path_for(launch.yaml_data, derived_dir)
-    cl = parse_command_line(tuple(argv), options, launch.yaml_data)
+            argv[at] = derived_path_for(yaml_data, derived_dir)
+    cl = parse_command_line(tuple(argv), options, yaml_data)
     result = apply_edits(cl, options, [Edit("node_rank", "set", str(rank))], derived_dir)
     yaml_data = result.derived_yaml if result.derived_yaml is not None else cl.yaml_data
     return parse_command_line(result.argv, options, yaml_data)
@@ -306,9 +394,10 @@ class Follower:
     done: bool = False
 
 
-def follow(f: Follower, reply: Reply | None, now: float, options: OptionTable
-           ) -> tuple[Follower, list[Event]]:
-    """One heartbeat's outcome (`reply` None: the leader did not answer) as loop events."""
+def follow(f: Follower, reply: Reply | None, now: float, options: OptionTable,
+           own: CommandLine | None = None) -> tuple[Follower, list[Event]]:
+    """One heartbeat's outcome (`reply` None: the leader did not answer) as loop events
+    (`own`: this node's command line, whose secrets fill the leader's masked ones)."""
     if f.done:
         return f, []
     if reply is None:
@@ -322,7 +411,7 @@ def follow(f: Follower, reply: Reply | None, now: float, options: OptionTable
         return replace(f, done=True), [GroupExit(code, f"the group leader exited: {reason}")]
     events: list[Event] = []
     if reply.gen > f.gen and reply.launch is not None:
-        cl = worker_command_line(reply.launch, f.rank, options, f.derived_dir)
+        cl = worker_command_line(reply.launch, f.rank, options, f.derived_dir, own)
         events.append(GroupRelaunch(reply.gen, cl, dict(reply.cause or {})))
         f = replace(f, gen=reply.gen)
     if reply.ready and reply.gen == f.gen:

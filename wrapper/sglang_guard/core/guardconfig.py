@@ -111,14 +111,33 @@ class RulesSection:
 
 # The leader guard's group port: next to the status port (9488), away from SGLang's 30000+.
 DEFAULT_GROUP_PORT = 9489
+# Several guards on one host (systemd template instances, several groups) each get their own
+# ports without configuration: a default port moves by 2 x (the instance's port mod 500),
+# the status port from SGLang's --port, the group port from --dist-init-addr's port (which
+# every node of a group shares). Status ports stay even, group ports odd: never each other.
+PORT_SPREAD = 500
+
+
+def derived_port(base: int, instance_port: int | None) -> int:
+    """`base` moved for the instance that `instance_port` names (None: `base` itself)."""
+    return base if instance_port is None else base + 2 * (instance_port % PORT_SPREAD)
 
 
 @dataclass(frozen=True, slots=True)
 class GroupSection:
     """A multi-node group's guards (docs/multinode.md): the leader's port, the silence bounds."""
 
-    port: int = DEFAULT_GROUP_PORT  # the leader serves here; workers reach it at the leader host
-    bind: str = "127.0.0.1"  # the leader's bind address: loopback unless configured
+    # The leader serves here; workers reach it at the leader host. 0 (the default): 9489 moved
+    # by --dist-init-addr's port (`derived_port`); LWS without --dist-init-addr: 9489.
+    port: int = 0
+    # The leader's bind address; "auto": the leader host the workers dial (--dist-init-addr's
+    # host or LWS_LEADER_ADDRESS: the pod's own address), never every address (0.0.0.0).
+    bind: str = "auto"
+    # The group's shared secret (a Kubernetes Secret mounted in every pod): every message
+    # between the guards is authenticated with it (core/groupauth.py). Without one a
+    # multi-node guard refuses to start unless `insecure = true`.
+    secret_file: str = ""
+    insecure: bool = False  # run a group with no authentication (a trusted, isolated network)
     heartbeat_s: float = 1.0  # how often a worker reports to the leader
     leader_lost_s: float = 30.0  # a worker whose leader is silent this long stops and exits 76
     worker_lost_s: float = 30.0  # a worker silent this long is a failure of the group
@@ -158,7 +177,11 @@ class LearnSection:
 # The guard's own HTTP port (/metrics, /livez, /readyz, /startupz, /status): SGLang's default
 # is 30000 and its internal ports land above it, so the guard's sits well away from both.
 DEFAULT_STATUS_PORT = 9488
-DEFAULT_STATUS_LISTEN = f"127.0.0.1:{DEFAULT_STATUS_PORT}"
+# "auto": 127.0.0.1 on 9488 moved by SGLang's --port (`derived_port`: 30000 gives 9488); when
+# that port is taken, any free one. The port is announced (the journal's status.listening,
+# `status-address` in the state dir, systemd's STATUS=).
+AUTO = "auto"
+DEFAULT_STATUS_LISTEN = AUTO
 TERMINATION_LOG = "/dev/termination-log"  # Kubernetes' default terminationMessagePath
 _LISTEN = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]*)):(?P<port>\d{1,5})$")
 _OFF = ("", "off")
@@ -172,19 +195,28 @@ class StatusSection:
     allow_remote: bool = False  # a HOST other than loopback needs this set
     termination_log: str = TERMINATION_LOG  # "" turns it off
 
-    def address(self) -> tuple[str, int] | None:
+    def address(self, sglang_port: int | None = None) -> tuple[str, int] | None:
         """(host, port) to bind, None when off; `listen` was validated on the way in."""
+        if self.auto:
+            return "127.0.0.1", derived_port(DEFAULT_STATUS_PORT, sglang_port)
         return parse_listen(self.listen, allow_remote=True)
+
+    @property
+    def auto(self) -> bool:
+        """The default: a port derived from the instance, any free one when that is taken."""
+        return self.listen.strip().lower() == AUTO
 
 
 def parse_listen(text: str, *, allow_remote: bool) -> tuple[str, int] | None:
     """`HOST:PORT` as (host, port), None for "off"; ValueError says what is wrong."""
     if text.strip().lower() in _OFF:
         return None
+    if text.strip().lower() == AUTO:
+        return "127.0.0.1", DEFAULT_STATUS_PORT
     m = _LISTEN.match(text.strip())
     if m is None or not 0 <= int(m["port"]) < 65536:  # 0: any free port (it is logged)
-        raise ValueError(f"expected HOST:PORT (e.g. {DEFAULT_STATUS_LISTEN}) or \"off\", "
-                         f"got {text!r}")
+        raise ValueError(f"expected HOST:PORT (e.g. 127.0.0.1:{DEFAULT_STATUS_PORT}), \"auto\" "
+                         f"or \"off\", got {text!r}")
     host = m["v6"] or m["host"] or "0.0.0.0"  # noqa: S104 - ":9488" means every address
     if not allow_remote and not _loopback(host):
         raise ValueError(f"{host} is not a loopback address: the status port shows the "
@@ -259,8 +291,8 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
 
 def _group(raw: Table) -> GroupSection:
     group: GroupSection = _section(raw, GroupSection)
-    if not 0 < group.port < 65536:
-        raise raw.fail("port", f"expected a TCP port (1-65535), got {group.port}")
+    if not 0 <= group.port < 65536:
+        raise raw.fail("port", f"expected a TCP port (1-65535, 0: derived), got {group.port}")
     if group.heartbeat_s <= 0:
         raise raw.fail("heartbeat_s", "must be above 0")
     return group

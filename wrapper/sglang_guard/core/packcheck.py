@@ -60,6 +60,19 @@ DENIED_FLAGS = frozenset({
     "--file-storage-path", "--crash-dump-folder", "--log-requests", "--log-requests-target",
     "--debug-tensor-dump-output-folder", "--debug-tensor-dump-input-file",
     "--export-metrics-to-file-dir", "--download-dir", "--enable-response-store",
+    # SGLang 0.5.23's own config file: `sglang serve` merges the YAML it names into the
+    # argv (sglang/srt/server_args.py:402 and :683); a rule setting it swaps every flag.
+    "--config",
+    # deletes the model directory once the server is ready
+    # (sglang/srt/entrypoints/http_server.py:2602-2603, fields/model.py:356)
+    "--delete-ckpt-after-loading",
+    # ModelOpt: restores a saved checkpoint in place of the weights (mto.restore,
+    # sglang/srt/model_loader/loader.py:3692; fields/model.py:242), or writes one out
+    "--modelopt-checkpoint-restore-path", "--modelopt-checkpoint-save-path",
+    "--modelopt-export-path",
+    # the MoE expert placement, read from a .pt (torch.load) or JSON file it names
+    # (sglang/srt/eplb/expert_location.py:770-778; fields/exec_.py:921)
+    "--init-expert-location",
 })
 # Listening flags that only this server's own processes use (no client, no other node points
 # at them): a rule may set one to a port the guard finds free (`new_value = "free_port"`),

@@ -49,6 +49,7 @@ class Snapshot:
     generation: int = 0
     child_up: bool = False
     ready: bool = False
+    started: bool = False  # SGLang was ready once: the start is over (/startupz)
     launched_at: float | None = None  # monotonic time of the current launch
     cause: str | None = None  # why the current launch is ending (the next one's reason)
     planned_rule: str | None = None  # a rule whose action is give_up fired
@@ -121,7 +122,7 @@ def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
         return replace(snap, child_up=False, ready=False, cause=snap.cause or "crash"), Counts()
     if event == "ready":
         took = now - snap.launched_at if snap.launched_at is not None else None
-        return replace(snap, ready=True), Counts(time_to_ready=took)
+        return replace(snap, ready=True, started=True), Counts(time_to_ready=took)
     if event in ("remediated", "restored"):
         return _remediation(snap, record)
     if event == "start.stage":  # a stage watcher saw SGLang enter a loading stage
@@ -155,6 +156,16 @@ def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
     return snap, Counts()
 
 
+# One action vocabulary for the metrics: a rule's (core/rulepack.py FLAG_ACTIONS), which
+# preflight's policy actions map onto (`drop` of preflight is a rule's `drop_flag`).
+ACTION_LABELS = {"drop": "drop_flag", "rewrite": "rewrite_value", "set": "set_flag"}
+
+
+def action_label(action: str) -> str:
+    """The metrics' label for a remediation's action, whichever side journaled it."""
+    return ACTION_LABELS.get(action, action)
+
+
 def _fleet_fix(snap: Snapshot, record: Mapping[str, Any]) -> Snapshot:
     """A fleet fix applied before the first launch: /status names its key, origin and edits."""
     edit = {k: record.get(k) for k in ("flag", "action", "old_value", "new_value")}
@@ -169,7 +180,8 @@ def _remediation(snap: Snapshot, record: Mapping[str, Any]) -> tuple[Snapshot, C
     trigger = str(record.get("trigger", "log"))
     if trigger == "fleet":
         snap = _fleet_fix(snap, record)
-    action = str(record.get("action", "restore" if record.get("event") == "restored" else ""))
+    action = action_label(str(record.get("action", "restore" if record.get("event") ==
+                                                               "restored" else "")))
     labels = (trigger, str(record.get("rule", "")), str(record.get("flag") or ""), action)
     keep = ("trigger", "rule", "flag", "action", "old_value", "value", "new_value", "reason",
             "argv_before", "argv_after", "gen", "ts")
@@ -197,8 +209,14 @@ def give_up_reason(reason: str, snap: Snapshot) -> str:
 
 
 def startup_ok(snap: Snapshot) -> bool:
-    """/startupz: starting normally (or started): not stalled, not given up."""
-    return snap.gave_up is None and snap.stalled is None
+    """/startupz: SGLang came up (ready once), and nothing stalled or gave up since.
+
+    503 while it starts: a Kubernetes startupProbe stops at its first success, so a 200
+    before ready would let the pod past its start-up checks at once, and the 503 of a stall
+    or a give-up would never be seen. The probe's failureThreshold x periodSeconds must
+    cover the longest start (deploy/kubernetes/).
+    """
+    return snap.started and snap.gave_up is None and snap.stalled is None
 
 
 def public(snap: Snapshot, now: float, sglang_version: str | None) -> dict[str, Any]:

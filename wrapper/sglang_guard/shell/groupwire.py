@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import http.client
-import json
 import queue
+import secrets
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from sglang_guard.core import group as core
+from sglang_guard.core import groupauth as auth
 from sglang_guard.core.actions import Action
 from sglang_guard.core.events import Event
 from sglang_guard.core.machine import State
@@ -34,16 +36,34 @@ class Link(Protocol):
 
 # -- HTTP -----------------------------------------------------------------------------------
 
+UNPROVEN = -1  # the status `post` gives an answer that does not prove the group's secret
 
-def post(host: str, port: int, path: str, body: Mapping[str, Any], timeout: float
-         ) -> tuple[int, dict[str, Any]] | None:
-    """(status, JSON answer) of one POST; None when the peer cannot be reached."""
+
+def post(host: str, port: int, path: str, body: Mapping[str, Any], *, timeout: float,
+         secret: bytes | None = None) -> tuple[int, dict[str, Any]] | None:
+    """(status, JSON answer) of one POST; None when the peer cannot be reached.
+
+    With `secret` the request is signed and the answer must be signed for this request
+    (else `(UNPROVEN, {"reason": why})`: not the leader, whatever it says).
+    """
+    payload = core.encode(body)
+    nonce = secrets.token_hex(16)
+    headers = {"Content-Type": "application/json"}
+    if secret is not None:
+        headers.update(auth.request_headers(secret, path, payload, time.time(), nonce))
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
-        conn.request("POST", path, core.encode(body), {"Content-Type": "application/json"})
+        conn.request("POST", path, payload, headers)
         resp = conn.getresponse()
-        data = json.loads(resp.read() or b"{}")
-        return resp.status, data if isinstance(data, dict) else {}
+        raw = resp.read(auth.MAX_BODY + 1)
+        if secret is not None:
+            why = auth.check_reply(secret, resp.headers, path, nonce, status=resp.status,
+                                   body=raw, now=time.time())
+            if why is not None:
+                return UNPROVEN, {"reason": why, "status": resp.status}
+        if len(raw) > auth.MAX_BODY:
+            return None
+        return resp.status, auth.strict_json(raw)
     except (OSError, http.client.HTTPException, ValueError):
         return None
     finally:

@@ -17,8 +17,8 @@ from sglang_guard.core.guardconfig import GroupSection
 from sglang_guard.core.machine import State
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rules import Matcher
-from sglang_guard.errors import EXIT_REFUSED, LeaderLost, Refused
-from sglang_guard.shell.groupwire import Clock, post, reply_of
+from sglang_guard.errors import EXIT_REFUSED, GuardError, LeaderLost, Refused
+from sglang_guard.shell.groupwire import UNPROVEN, Clock, post, reply_of
 from sglang_guard.shell.logsetup import get_logger
 
 STALLED = "start.stalled"  # the start-hang watcher's event (issue 12): passed to the leader
@@ -29,8 +29,12 @@ class WorkerLink:
 
     def __init__(self, spec: core.GroupSpec, cfg: GroupSection, digest: core.Digest, *,
                  options: OptionTable, matcher: Matcher, derived_dir: str,
-                 clock: Clock = time.monotonic) -> None:
+                 clock: Clock = time.monotonic, secret: bytes | None = None,
+                 own: CommandLine | None = None) -> None:
         self.spec = spec
+        self.secret = secret
+        self.own = own  # this node's command line: its secrets fill the leader's masked ones
+        self._unproven: str | None = None  # why the last answer was not the leader's
         self.cfg = cfg
         self.digest = digest
         self.options = options
@@ -52,8 +56,7 @@ class WorkerLink:
         body = {"rank": self.spec.rank, "digest": self.digest.to_json()}
         heard = False
         while True:
-            got = post(self.spec.leader, self.spec.port, "/group/join", body,
-                       timeout=max(2.0, self.cfg.heartbeat_s * 2))
+            got = self._post("/group/join", body)
             if got is not None and got[0] == 409:
                 raise Refused(f"the group leader at {self.spec.leader}:{self.spec.port} refused "
                               f"node {self.spec.rank}: " + "; ".join(got[1].get("refused", [])))
@@ -65,10 +68,17 @@ class WorkerLink:
                                                    self.cfg.leader_lost_s, self.derived_dir)
                     self._launching = reply.gen
                     self.log.info("group.joined", leader=self.spec.leader, gen=reply.gen)
-                    return core.worker_command_line(reply.launch, self.spec.rank,
-                                                    self.options, self.derived_dir)
+                    try:
+                        return core.worker_command_line(reply.launch, self.spec.rank,
+                                                        self.options, self.derived_dir,
+                                                        self.own)
+                    except ValueError as exc:
+                        raise Refused(f"the group leader's launch cannot run here: {exc}"
+                                      ) from None
             if self._clock() > deadline:
-                what = "has not launched" if heard else "did not answer"
+                what = "has not launched" if heard else (
+                    f"gave no answer that proves the group secret ({self._unproven})"
+                    if self._unproven else "did not answer")
                 raise LeaderLost(f"the group leader at {self.spec.leader}:{self.spec.port} "
                                  f"{what} within {self.cfg.join_timeout_s:g}s "
                                  "(group.join_timeout_s)")
@@ -118,8 +128,7 @@ class WorkerLink:
             if self._stopping.is_set():
                 return
             body = {"rank": self.spec.rank, "gen": self._follower.gen, "reports": reports}
-            got = post(self.spec.leader, self.spec.port, "/group/beat", body,
-                       timeout=max(2.0, self.cfg.heartbeat_s * 2))
+            got = self._post("/group/beat", body)
             reply: core.Reply | None = None
             if got is not None and got[0] == 410:
                 # The leader dropped this node (silent too long) or is a new leader: join
@@ -133,8 +142,13 @@ class WorkerLink:
             elif reports:  # not heard: they go again with the next beat
                 for report in reports:
                     self._outbox.put(report)
-            self._follower, events = core.follow(self._follower, reply, self._clock(),
-                                                 self.options)
+            try:
+                self._follower, events = core.follow(self._follower, reply, self._clock(),
+                                                     self.options, self.own)
+            except (ValueError, GuardError) as exc:  # a launch that cannot run here
+                self._put(GroupExit(EXIT_REFUSED, f"the group leader's launch cannot run "
+                                                  f"here: {exc}"))
+                return
             for event in events:
                 self._put(event)
             if self._follower.done:
@@ -147,8 +161,7 @@ class WorkerLink:
     def _rejoin(self) -> tuple[int, dict[str, Any]] | None:
         """Join again (None: refused now, the loop ends with the refusal)."""
         body = {"rank": self.spec.rank, "digest": self.digest.to_json()}
-        got = post(self.spec.leader, self.spec.port, "/group/join", body,
-                   timeout=max(2.0, self.cfg.heartbeat_s * 2))
+        got = self._post("/group/join", body)
         if got is not None and got[0] == 409:
             why = "the group leader refused this node: " + "; ".join(got[1].get("refused", []))
             self._put(GroupExit(EXIT_REFUSED, why))
@@ -156,6 +169,19 @@ class WorkerLink:
         if got is not None and got[0] == 200:
             self.log.info("group.rejoined", gen=got[1].get("gen"))
             self._follower = replace(self._follower, gen=-1)  # relaunch at the leader's gen
+        return got
+
+    def _post(self, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """One POST to the leader; an answer that does not prove the secret counts as none."""
+        got = post(self.spec.leader, self.spec.port, path, body,
+                   timeout=max(2.0, self.cfg.heartbeat_s * 2), secret=self.secret)
+        if got is not None and got[0] == UNPROVEN:
+            why = f"{got[1].get('reason')} (HTTP {got[1].get('status')})"
+            if why != self._unproven:
+                self.log.warning("group.unproven", leader=self.spec.leader, port=self.spec.port,
+                                 reason=why)
+            self._unproven = why
+            return None
         return got
 
     def _drain(self, wait: float) -> list[dict[str, Any]]:

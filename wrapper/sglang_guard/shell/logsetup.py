@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import sys
 import threading
 from typing import Any, TextIO
@@ -46,9 +47,14 @@ def configure(fmt: str = "auto", stream: TextIO | None = None, level: int = INFO
     stream = stream or stderrgate.guard_stderr()  # never inside a line of SGLang's stderr
     # The issue's rule: JSON whenever stdout is not a TTY (a unit, a pipe, a container log).
     _config.json = fmt == "json" or (fmt == "auto" and not _isatty(sys.stdout))
-    _config.colours = not _config.json and _isatty(stream)
+    _config.colours = not _config.json and colors(stream)
     _config.stream = stream
     _config.level = level
+
+
+def colors(stream: TextIO) -> bool:
+    """Colour on a terminal, unless $NO_COLOR is set to anything but "" (no-color.org)."""
+    return not os.environ.get("NO_COLOR") and _isatty(stream)
 
 
 def _isatty(stream: TextIO) -> bool:

@@ -9,8 +9,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+)
 
+from sglang_guard import __version__
 from sglang_guard.core.status import (
     FLEET_KINDS,
     GIVE_UP_REASONS,
@@ -32,8 +41,16 @@ class Metrics:
     """The counters, gauges and histogram the status port serves on /metrics."""
 
     def __init__(self, phase_seconds: Callable[[], float]) -> None:
+        # `_created` series double the output and no alert reads them (the process's own).
+        disable_created_metrics()  # type: ignore[no-untyped-call]
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_open_fds, ...
+        self.build_info = Gauge(f"{PREFIX}_build_info",
+                                "1, labelled with the guard's and SGLang's versions",
+                                ["version", "sglang_version"], registry=r)
+        self._build: tuple[str, str] | None = None
+        self.build("unknown")
         self.launches = Counter(f"{PREFIX}_launches", "SGLang launches, by reason",
                                 ["reason"], registry=r)
         self.restarts = Counter(f"{PREFIX}_restarts", "SGLang restarts in place, by cause",
@@ -72,6 +89,16 @@ class Metrics:
                 family.labels(value)
         self._known: set[tuple[str, str, str, str]] = set()
         self.show(Snapshot())
+
+    def build(self, sglang_version: str | None) -> None:
+        """The build_info series for this SGLang release (known once the release is read)."""
+        labels = (__version__, sglang_version or "unknown")
+        if labels == self._build:
+            return
+        if self._build is not None:
+            self.build_info.remove(*self._build)
+        self.build_info.labels(*labels).set(1)
+        self._build = labels
 
     def known_remediations(self, labels: Iterable[tuple[str, str, str, str]]) -> None:
         """Register these (trigger, rule, flag, action) at zero (new ones only)."""

@@ -136,6 +136,9 @@ def open_journal(state_dir: str) -> Journal | None:
 def run(cfg: GuardConfig, opts: RunOptions) -> int:
     """Preflight (unless disabled), then supervise SGLang; the exit status."""
     journal = open_journal(opts.state_dir)
+    listening = getattr(opts.observer, "address", None)  # the status port, when it is up
+    if journal is not None and listening is not None:
+        journal.write({"event": "status.listening", "host": listening[0], "port": listening[1]})
     prefix = launch_prefix(cfg, opts.python)
     release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
                               python=cfg.sglang.python if cfg.sglang.launch else prefix[0],
@@ -177,8 +180,10 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
             journal.write({"event": "group.start", "rank": spec.rank, "nnodes": spec.nnodes,
                            "leader": spec.leader, "port": spec.port})
         try:
-            rt.group, cl, rt.env, replayed = group.open_group(spec, cfg.group, cl, first.gpu,
-                                                              env, state_dir=opts.state_dir)
+            rt.group, cl, rt.env, replayed = group.open_group(
+                spec, cfg.group, cl, first.gpu, env, state_dir=opts.state_dir,
+                policy=cfg.policy, allow_set=cfg.rules.allow_set,
+                record=journal.write if journal is not None else None)
         except GuardError as exc:  # refused by the leader, or no leader: journaled, then raised
             if journal is not None:
                 journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})

@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import NoReturn
 
 from sglang_guard.core.guardconfig import GuardConfig
@@ -48,7 +49,9 @@ def _run_locked(cfg: GuardConfig, opts: runner.RunOptions, run: Run) -> int:
     with early_signals(), contextlib.ExitStack() as held:
         try:
             try:
-                held.enter_context(hold_state_dir(opts.state_dir))
+                # the dir the files go in: a subdirectory of a dir others may write (emptyDir)
+                used = held.enter_context(hold_state_dir(opts.state_dir))
+                opts = replace(opts, state_dir=str(used))
             except StateDirUnavailable as exc:  # no dir, no shared files: run without one
                 get_logger().error("state_dir.unavailable", error=str(exc))
         except EarlyStop:  # before the lock was ours: nothing started, nothing to journal

@@ -26,12 +26,20 @@ class StateDirUnavailable(InputError):
     """The state dir cannot be created or written (the guard then runs without one)."""
 
 
-def ensure_state_dir(state_dir: str) -> Path:
-    """Create the state dir 0700 (parents as needed); InputError when others may write it.
+def private_name() -> str:
+    """The guard's own subdirectory in a state dir that others may write (a 0777 emptyDir)."""
+    return f"sglang-guard-{os.geteuid()}"
 
-    An existing dir is used as it is unless a user other than its owner can write to it
-    (group- or world-writable, sticky or not): then anyone could plant a `child.pgid` or
-    swap the journal for a symlink.
+
+def ensure_state_dir(state_dir: str) -> Path:
+    """The dir the guard keeps its files in: `state_dir` (created 0700, parents as needed), or
+    its 0700 subdirectory `sglang-guard-<uid>` when others may write `state_dir` itself.
+
+    The kubelet creates every emptyDir 0777 (root-owned), so a pod's state dir mount is
+    writable by every user; anyone who can write the dir the guard's files live in could
+    plant a `child.pgid` or swap the journal for a symlink. So the files go one level down,
+    in a dir only the guard's user may write; what is refused is what stays unsafe there: a
+    subdirectory that is a symlink or another user's (InputError).
     """
     path = Path(state_dir)
     try:
@@ -42,11 +50,29 @@ def ensure_state_dir(state_dir: str) -> Path:
                                   f"({exc.strerror or exc})") from None
     if not stat.S_ISDIR(st.st_mode):
         raise InputError(f"state dir {state_dir}: not a directory")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise InputError(f"state dir {state_dir}: writable by other users "
-                         f"(mode {stat.S_IMODE(st.st_mode):04o}); use a dir only the guard's "
-                         "user can write, e.g. chmod 700")
-    return path
+    if not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return path
+    return _private(path / private_name())
+
+
+def _private(sub: Path) -> Path:
+    """`sub` made (0700) or checked: a real directory of this user that only it can write."""
+    try:
+        sub.mkdir(mode=0o700, exist_ok=True)
+        st = sub.lstat()
+    except OSError as exc:
+        raise StateDirUnavailable(f"state dir {sub}: cannot create it "
+                                  f"({exc.strerror or exc})") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise InputError(f"state dir {sub}: not a directory of its own (a symlink?): in a "
+                         "directory that other users may write, the guard uses only a real "
+                         "directory it owns")
+    if st.st_uid != os.geteuid():
+        raise InputError(f"state dir {sub}: owned by uid {st.st_uid}, not this guard's "
+                         f"uid {os.geteuid()}")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        sub.chmod(0o700)  # lstat said: a real directory, not a symlink
+    return sub
 
 
 def _holder(lock: Path) -> str:

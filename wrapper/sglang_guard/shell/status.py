@@ -8,6 +8,8 @@ needs `[status] allow_remote`.
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import os
 import queue
 import threading
@@ -23,7 +25,9 @@ from sglang_guard.core.events import Tick
 from sglang_guard.core.guardconfig import TERMINATION_LOG, StatusSection, parse_listen
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_USAGE, GuardError, InputError, Refused
+from sglang_guard.shell.files import write_atomic
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.notify import Notifier
 
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
@@ -39,6 +43,8 @@ PATHS = ("/metrics", "/livez", "/readyz", "/startupz", "/status")
 PROBES = {"startupProbe": "/startupz", "readinessProbe": "/readyz", "livenessProbe": "/livez"}
 LIVEZ_TICK = "status.livez"  # a Tick no launch owns: the machine ignores it, the loop takes it
 LIVEZ_WAIT_S = 5.0
+SGLANG_DEFAULT_PORT = 30000
+ADDRESS_FILE = "status-address"  # in the state dir: where this guard's status port listens
 TERMINATION_MAX = 4096  # what Kubernetes keeps of a termination message
 ENV_LISTEN = "SGLANG_GUARD_STATUS_LISTEN"
 ENV_ALLOW_REMOTE = "SGLANG_GUARD_STATUS_ALLOW_REMOTE"
@@ -48,6 +54,9 @@ class _NoMetrics:
     """The metrics of a guard whose status port is off: prometheus-client is not imported."""
 
     def known_remediations(self, labels: Iterable[tuple[str, str, str, str]]) -> None:
+        """Ignore."""
+
+    def build(self, sglang_version: str | None) -> None:
         """Ignore."""
 
     def count(self, counts: model.Counts) -> None:
@@ -73,6 +82,7 @@ class StatusBoard:
         self._version: str | None = None
         self._steps = 0
         self.address: tuple[str, int] | None = None  # where the port listens, once it does
+        self.announce_to: str | None = None  # the state dir that gets `status-address`
         self._failed = False
 
     # -- the loop's hooks (shell.observer.Observer) ------------------------------------------
@@ -83,6 +93,8 @@ class StatusBoard:
         if self.address is not None:  # said once supervision starts: an error before it
             # (bad input, refusal) stays the only line on stderr
             get_logger().info("status.listening", host=self.address[0], port=self.address[1])
+            if self.announce_to is not None:
+                announce(self, self.announce_to)
 
     def step(self, state: State, env: Env, actions: Sequence[Action]) -> None:
         """The machine stepped: phase, Stop causes, and the rule packs' labels at zero."""
@@ -92,6 +104,8 @@ class StatusBoard:
                 if isinstance(action, Stop):
                     snap = model.on_stop(snap, action.reason)
             self._set(model.on_phase(snap, state.phase, time.monotonic()))
+            if env.sglang_version != self._version:
+                self.metrics.build(env.sglang_version)
             self._version = env.sglang_version
             if env.matcher is not self._matcher:
                 self._matcher = env.matcher
@@ -138,7 +152,10 @@ class StatusBoard:
     def document(self) -> dict[str, Any]:
         """The /status JSON."""
         with self._lock:
-            return model.public(self._snap, time.monotonic(), self._version)
+            doc = model.public(self._snap, time.monotonic(), self._version)
+        if self.address is not None:  # where this port listens (a derived or any free port)
+            doc["listen"] = {"host": self.address[0], "port": self.address[1]}
+        return doc
 
     def alive(self, timeout: float = LIVEZ_WAIT_S) -> bool:
         """Whether the loop takes an event within `timeout` (before the loop: preflight runs)."""
@@ -172,11 +189,25 @@ class StatusBoard:
         return max(0.0, time.monotonic() - self._snap.since)
 
 
-def address(section: StatusSection) -> tuple[str, int] | None:
-    """Where to listen: $SGLANG_GUARD_STATUS_LISTEN over `[status] listen`; None when off."""
+def sglang_port(argv: Sequence[str]) -> int:
+    """SGLang's --port as the command line gives it (30000, SGLang's default, when absent)."""
+    port = SGLANG_DEFAULT_PORT
+    for i, tok in enumerate(argv):
+        text = tok.split("=", 1)[1] if tok.startswith("--port=") else (
+            argv[i + 1] if tok == "--port" and i + 1 < len(argv) else None)
+        if text is not None and text.isascii() and text.isdigit() and len(text) <= 5:
+            port = int(text)
+    return port
+
+
+def address(section: StatusSection, argv: Sequence[str] = ()) -> tuple[str, int] | None:
+    """Where to listen: $SGLANG_GUARD_STATUS_LISTEN over `[status] listen`; None when off.
+
+    "auto" (the default) derives the port from SGLang's --port in `argv`.
+    """
     listen = os.environ.get(ENV_LISTEN)
-    if listen is None:
-        return section.address()
+    if listen is None or listen.strip().lower() == "auto":
+        return replace(section, listen=listen or section.listen).address(sglang_port(argv))
     remote = section.allow_remote or os.environ.get(ENV_ALLOW_REMOTE, "") in ("1", "true")
     try:
         return parse_listen(listen, allow_remote=remote)
@@ -184,8 +215,16 @@ def address(section: StatusSection) -> tuple[str, int] | None:
         raise InputError(f"${ENV_LISTEN}: {exc}") from None
 
 
-def start(board: StatusBoard, where: tuple[str, int] | None) -> StatusServer | None:
-    """Serve `board` at `where`; a port in use is logged, not fatal."""
+def is_auto(section: StatusSection) -> bool:
+    """The port is the derived default: when taken, any free one will do (it is announced)."""
+    listen = os.environ.get(ENV_LISTEN)
+    return (listen or section.listen).strip().lower() == "auto"
+
+
+def start(board: StatusBoard, where: tuple[str, int] | None, *, any_port: bool = False
+          ) -> StatusServer | None:
+    """Serve `board` at `where`; a port in use is logged, not fatal (`any_port`: another
+    free port is taken, and announced)."""
     if where is None:
         return None
     try:
@@ -194,11 +233,33 @@ def start(board: StatusBoard, where: tuple[str, int] | None) -> StatusServer | N
 
         server = StatusServer(board, *where)
     except OSError as exc:  # supervising SGLang matters more than being scraped
+        if any_port and exc.errno == errno.EADDRINUSE:
+            get_logger().info("status.port_taken", listen=f"{where[0]}:{where[1]}",
+                              note="another guard on this host has it: any free port instead")
+            return start(board, (where[0], 0))
         get_logger().error("status.unavailable", listen=f"{where[0]}:{where[1]}",
                            error=exc.strerror or str(exc))
         return None
     board.address = (str(server.address[0]), int(server.address[1]))
     return server
+
+
+def announce(board: StatusBoard, state_dir: str) -> None:
+    """Say where the port listens: `status-address` in the state dir, and systemd STATUS=.
+
+    (The journal's status.listening record is the runner's.) A state dir that cannot be
+    written is no reason to stop.
+    """
+    if board.address is None:
+        return
+    host, port = board.address
+    text = json.dumps({"host": host, "port": port, "pid": os.getpid()}) + "\n"
+    with contextlib.suppress(OSError):
+        write_atomic(Path(state_dir) / ADDRESS_FILE, text)
+    notifier = Notifier()
+    if notifier.enabled:
+        notifier.send(f"STATUS=starting; status port {host}:{port}")
+        notifier.close()
 
 
 def termination_message(path: str, line: str) -> None:
@@ -219,12 +280,12 @@ def termination_message(path: str, line: str) -> None:
 
 
 @contextlib.contextmanager
-def serving(section: StatusSection) -> Iterator[StatusBoard]:
+def serving(section: StatusSection, argv: Sequence[str] = ()) -> Iterator[StatusBoard]:
     """The status port for one guard run; the termination message when it ends in a give-up."""
-    where = address(section)
+    where = address(section, argv)
     # Off: the snapshot is still kept (for the termination message), the metrics are not.
     board = StatusBoard(metrics=where is not None)
-    server = start(board, where)
+    server = start(board, where, any_port=is_auto(section))
     try:
         yield board
     except GuardError as exc:
@@ -249,5 +310,6 @@ def run_with_status(cfg: GuardConfig, opts: RunOptions) -> int:
     """`runner.run` with the status port up around it (the CLI's `run`, `serve`, the drop-in)."""
     from sglang_guard.shell import runner  # noqa: PLC0415 - runner imports this module's peers
 
-    with serving(cfg.status) as board:
+    with serving(cfg.status, opts.argv) as board:
+        board.announce_to = opts.state_dir
         return runner.run(cfg, replace(opts, observer=board))

@@ -64,6 +64,9 @@ if TYPE_CHECKING:
     from sglang_guard.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
+# systemd's notify variables are the guard's: SGLang must not send READY=1 or ping the
+# watchdog in the guard's name (NotifyAccess=main ignores it, =all would believe it).
+GUARD_ONLY_ENV = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -190,6 +193,8 @@ class Supervisor:
             if self.rt.group is not None:
                 self.rt.group.saw_action(action, self.state)
             if isinstance(action, Exit):
+                self.notifier.send("STOPPING=1", f"STATUS=exiting {action.code}: "
+                                   f"{redact_text(action.reason)[:200]}")
                 self._record({"event": "guard.exit", "code": action.code, "reason": action.reason})
                 if action.code:
                     self.log.error("guard.exit", code=action.code, reason=action.reason)
@@ -212,6 +217,9 @@ class Supervisor:
             self._timers.schedule(action.delay, Tick(action.name, action.gen))
         elif isinstance(action, Journal):
             self._record(dict(action.record))
+            if action.record.get("event") == "start.stage":  # STATUS= names the stage
+                self.notifier.send(f"STATUS=loading: {action.record.get('stage')} "
+                                   f"(launch {action.record.get('gen')})")
         elif isinstance(action, Notify):
             self._notify(action)
         elif isinstance(action, Reload):
@@ -269,7 +277,8 @@ class Supervisor:
         self._write_derived()
         self._timers.forget_before(action.gen)  # the last launch's timers would be ignored
         argv = [*self.rt.launch, *action.argv]
-        env = {**(os.environ if self.rt.child_env is None else self.rt.child_env),
+        env = {**{k: v for k, v in (os.environ if self.rt.child_env is None
+                                    else self.rt.child_env).items() if k not in GUARD_ONLY_ENV},
                orphans.RUN_TOKEN_ENV: self._token}
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
@@ -320,6 +329,8 @@ class Supervisor:
         if action.ready or action.watchdog:
             self._snapshot_tree()  # at ready and at every passing liveness probe
         fields = []
+        if action.status == "stopping":  # a stop signal: systemd shows "deactivating"
+            fields.append("STOPPING=1")
         if action.reloading:
             fields.append("RELOADING=1")
         if action.ready:

@@ -5,6 +5,11 @@ recreate), often as a burst of events. The watcher observes each file's director
 events for the watched names, and puts one `FileChanged` after the file has been quiet for
 `debounce` seconds. Validation happens in the loop, never here.
 
+A Kubernetes ConfigMap (or Secret) volume never touches the file itself: each key is a
+symlink `guard.toml -> ..data/guard.toml`, and an update writes a new timestamped directory
+and swaps the `..data` symlink to it (rename of `..data_tmp`). So an event on `..data` in a
+watched file's directory counts as a change of every watched file there.
+
 The kernel is asked (inotify's mask) only for what ends an edit or changes a name: a file
 closed after writing, created, deleted, renamed. Not for each write or read: a log written
 beside the config (a container's, the bench's output file) would otherwise wake the
@@ -39,6 +44,7 @@ from sglang_guard.core.events import Event, FileChanged
 Kind = Literal["guard_config", "sglang_yaml", "rule_pack"]
 DEBOUNCE_S = 0.3
 _READS = frozenset({"opened", "closed_no_write"})
+KUBELET_DATA = "..data"  # the symlink a ConfigMap volume swaps on every update
 # What is asked of the kernel (see the module's docstring): IN_CLOSE_WRITE, IN_CREATE,
 # IN_DELETE, IN_MOVED_FROM/TO (a swapped symlink, as a ConfigMap's `..data`, is a move).
 EDITS: list[type[FileSystemEvent]] = [FileClosedEvent, FileCreatedEvent, FileDeletedEvent,
@@ -60,7 +66,11 @@ class _Handler(FileSystemEventHandler):
             if raw:
                 path = Path(os.fsdecode(raw))
                 # A deleted file cannot be resolved: resolve its directory instead.
-                self.watcher.touched(str(path.parent.resolve() / path.name))
+                where = path.parent.resolve()
+                if path.name == KUBELET_DATA:
+                    self.watcher.swapped(str(where))
+                else:
+                    self.watcher.touched(str(where / path.name))
 
 
 class FileWatcher:
@@ -109,6 +119,11 @@ class FileWatcher:
             timer.daemon = True
             self._timers[path] = timer
             timer.start()
+
+    def swapped(self, directory: str) -> None:
+        """A ConfigMap volume's `..data` moved: every watched file in `directory` changed."""
+        for path in [p for p in self.files if str(Path(p).parent) == directory]:
+            self.touched(path)
 
     def _settled(self, path: str, kind: Kind) -> None:
         with self._lock:
