@@ -21,19 +21,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from integration.conftest import wait_gone
-from integration.test_cli_run import argv_for, guard_toml, leftovers
-from integration.test_supervisor import (
-    PACK_TEXT,
-    HealthServer,
-    Launcher,
-    count,
-    journal_events,
-    ready_then_wait,
-    wait_for,
-)
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
+from support.guards import argv_for, guard_toml, leftovers
+from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.pack import PACK_TEXT
+from support.procs import wait_gone
 from unit.conftest import write_llama
 
 STUBBORN = ("import pathlib, signal, sys, time\n"

@@ -26,8 +26,7 @@ from sglang_guard.core.events import SignalReceived
 from sglang_guard.core.rules import Matcher, load_default_packs
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, GiveUp
 from sglang_guard.shell.supervisor import Supervisor
-
-from .test_supervisor import (
+from support.harness import (
     HealthServer,
     Launcher,
     base_argv,

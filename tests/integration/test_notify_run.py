@@ -16,9 +16,8 @@ import time
 from pathlib import Path
 
 from sglang_guard.errors import EXIT_OK
-
-from .test_cli_run import finish, guard_toml, pack  # noqa: F401 - fixture
-from .test_supervisor import HealthServer, Launcher, count, ready_then_wait, wait_for
+from support.guards import finish, guard_toml
+from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
 
 
 class Listener:
@@ -50,7 +49,7 @@ class Listener:
         self.sock.close()
 
 
-def test_ready_only_after_health_200_status_and_watchdog(tmp_path: Path, pack: Path) -> None:  # noqa: F811
+def test_ready_only_after_health_200_status_and_watchdog(tmp_path: Path, pack: Path) -> None:
     launcher = Launcher(tmp_path, [ready_then_wait()])
     state = tmp_path / "state"
     listener = Listener(tmp_path / "notify.sock")
