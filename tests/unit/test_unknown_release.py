@@ -7,7 +7,6 @@ let only the checks whose message the source holds act, and say how many in one 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -15,6 +14,7 @@ import pytest
 
 from sglang_guard.shell.inputs import compat_for
 from sglang_guard.shell.whichrelease import resolve_release
+from support.sglang import sglang_src
 
 
 def _site(tmp: Path, version: str, source: Path | None, without: str = "") -> Path:
@@ -53,9 +53,7 @@ def test_without_source_every_check_only_warns(tmp_path: Path,
 
 def test_with_source_the_checks_it_holds_act(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    src = Path(os.environ.get("SGLANG_SRC", "/nonexistent")) / "sglang"
-    if not (src / "srt").is_dir():
-        pytest.skip("the installed SGLang source is not here (set SGLANG_SRC)")
+    src = sglang_src() / "sglang"
     # A "0.5.24" whose arg_groups/overrides.py is gone: the checks cited there lose their
     # message in this source, the others keep theirs.
     site = _site(tmp_path, "0.5.24", src, without="srt/arg_groups/overrides.py")
