@@ -22,8 +22,8 @@ from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
 from support.guards import guard_toml
 from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
+from support.models import write_llama
 from support.pack import FA3_LINE, PACK_TEXT
-from unit.conftest import write_llama
 
 SECRETS = ("sk-abcdefgh12345678", "PASS1234", "AKIAVERYSECRET", "s3cr3tvalue", "hf_abcdefghijklmn")
 URL = "https://bob:PASS1234@collector.example:4317"

@@ -25,9 +25,9 @@ from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
 from support.guards import argv_for, guard_toml, leftovers
 from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.models import write_llama
 from support.pack import PACK_TEXT
 from support.procs import wait_gone
-from unit.conftest import write_llama
 
 STUBBORN = ("import pathlib, signal, sys, time\n"
             "signal.signal(signal.SIGTERM, lambda *a: pathlib.Path(sys.argv[1]).write_text('x'))\n"

@@ -15,8 +15,8 @@ from sglang_guard.errors import EXIT_USAGE, InputError
 from sglang_guard.launch_server import guard_config_from_env
 from support.guards import guard_toml
 from support.harness import Launcher, ready_then_wait
+from support.models import write_llama
 from support.pack import PACK_TEXT
-from unit.conftest import write_llama
 
 
 @pytest.fixture

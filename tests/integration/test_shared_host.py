@@ -16,14 +16,16 @@ from pathlib import Path
 import pytest
 
 from sglang_guard.errors import EXIT_OK
+from support.fixtures import PortHolder
 from support.guards import Guard, argv_for, finish, guard_toml
 from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
 
 
 @pytest.mark.parametrize("port", [9488, 9489])
 def test_the_default_port_is_held_while_the_suite_runs(
-        default_ports_held: tuple[int, ...], port: int) -> None:
-    assert port in default_ports_held
+        default_ports_held: PortHolder, port: int) -> None:
+    assert port in default_ports_held.ports
+    default_ports_held.ensure()  # another holder may have let go since the session began
     with socket.socket() as sock, pytest.raises(OSError) as exc:
         sock.bind(("127.0.0.1", port))
     assert exc.value.errno == errno.EADDRINUSE
@@ -31,7 +33,7 @@ def test_the_default_port_is_held_while_the_suite_runs(
 
 def test_a_harness_guard_serves_its_status_on_a_port_of_its_own(
         tmp_path: Path, pack: Path, guard: Guard, server: HealthServer,
-        default_ports_held: tuple[int, ...]) -> None:
+        default_ports_held: PortHolder) -> None:
     launcher = Launcher(tmp_path, [ready_then_wait()])
     proc = guard(guard_toml(tmp_path, launcher, pack), argv_for(server.port))
     wait_for(lambda: count(tmp_path / "state", "ready") >= 1, what="ready")
@@ -41,5 +43,5 @@ def test_a_harness_guard_serves_its_status_on_a_port_of_its_own(
     logs = [json.loads(line) for line in err.splitlines() if line.startswith("{")]
     listening = [r for r in logs if r.get("event") == "status.listening"]
     assert len(listening) == 1, err
-    assert listening[0]["port"] not in default_ports_held
+    assert listening[0]["port"] not in default_ports_held.ports
     assert not [r for r in logs if r.get("event") == "status.unavailable"]

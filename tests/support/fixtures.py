@@ -36,27 +36,48 @@ from .procs import read_pidfile
 DEFAULT_PORTS = (DEFAULT_STATUS_PORT, DEFAULT_GROUP_PORT)
 
 
+class PortHolder:
+    """Holds 127.0.0.1:PORT for each default port, as another guard on this host would."""
+
+    def __init__(self, ports: tuple[int, ...]) -> None:
+        self.ports = ports
+        self._held: dict[int, socket.socket] = {}
+        self.ensure()
+
+    def ensure(self) -> None:
+        """Listen on every port not held yet; one that another process listens on is held
+        already (by it), just as well."""
+        for port in self.ports:
+            if port in self._held:
+                continue
+            sock = socket.socket()
+            # Past connections in TIME_WAIT must not pass for a listener.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("127.0.0.1", port))
+                sock.listen()
+            except OSError as exc:
+                sock.close()
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                continue
+            self._held[port] = sock
+
+    def close(self) -> None:
+        """Let go of every port held."""
+        for sock in self._held.values():
+            sock.close()
+        self._held.clear()
+
+
 @pytest.fixture(scope="session", autouse=True)
-def default_ports_held() -> Iterator[tuple[int, ...]]:
-    """Listen on 127.0.0.1:9488 and :9489 for the session (where another process does
-    already, it holds them for us); the ports held."""
-    held: list[socket.socket] = []
-    for port in DEFAULT_PORTS:
-        sock = socket.socket()
-        try:
-            sock.bind(("127.0.0.1", port))
-            sock.listen()
-        except OSError as exc:
-            sock.close()
-            if exc.errno != errno.EADDRINUSE:
-                raise
-            continue  # held by someone else: just as good
-        held.append(sock)
+def default_ports_held() -> Iterator[PortHolder]:
+    """127.0.0.1:9488 and :9489 held for the whole session: a test that needs them fails."""
+    holder = PortHolder(DEFAULT_PORTS)
     try:
-        yield DEFAULT_PORTS
+        yield holder
     finally:
-        for sock in held:
-            sock.close()
+        holder.close()
 
 
 @pytest.fixture
