@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
+from sglang_guard.entry import guard_config_from_env
 from sglang_guard.errors import EXIT_USAGE, InputError
-from sglang_guard.launch_server import guard_config_from_env
 from support.guards import guard_toml
 from support.harness import Launcher, ready_then_wait
 from support.models import write_llama

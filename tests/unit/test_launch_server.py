@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from sglang_guard.entry import GUARD_LINE, guard_config_from_env
 from sglang_guard.errors import EXIT_USAGE
-from sglang_guard.launch_server import GUARD_LINE, guard_config_from_env
 
 
 def _launch(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
