@@ -52,6 +52,7 @@ from sglang_guard.core.events import (
     Tick,
 )
 from sglang_guard.core.logline import clean, clean_block
+from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.shell import health, orphans, ports, stderrgate, stopsignals
@@ -225,7 +226,7 @@ class Supervisor:
         try:
             return work()
         except GiveUp as exc:
-            self._record({"event": "give_up", "reason": str(exc)})
+            self._record({"event": "give_up", "reason": str(exc), "cause": exc.cause})
             raise
 
     def _do(self, action: Action) -> None:
@@ -306,7 +307,8 @@ class Supervisor:
         self._launching = None
         if not free:
             raise GiveUp(f"port {port} on {host} is in use by another process; SGLang cannot "
-                         "bind it (stop that process or pass another --port)")
+                         "bind it (stop that process or pass another --port)",
+                         GiveUpCause.PORT_BUSY)
         self._write_derived()
         self._timers.forget_before(action.gen)  # the last launch's timers would be ignored
         argv = [*self.rt.launch, *action.argv]
