@@ -3,7 +3,8 @@
 `scripts/test unit` runs without building the SGLang environment or fetching the wheels: a
 test that needs them skips and says so. A run that must not skip them (CI, and any
 `scripts/test` that includes the e2e tier, which builds both) sets
-SGLANG_GUARD_REQUIRE_SGLANG=1: there a missing source or wheel fails the test.
+SGLANG_GUARD_REQUIRE_SGLANG=1, and so does `CI` being set (as for the e2e tier,
+tests/e2e/conftest.py): there a missing source or wheel fails the test.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ REQUIRE_ENV = "SGLANG_GUARD_REQUIRE_SGLANG"
 
 def required() -> bool:
     """Whether a missing SGLang source or wheel fails the tests that read it."""
-    return os.environ.get(REQUIRE_ENV, "") == "1"
+    return bool(os.environ.get("CI")) or os.environ.get(REQUIRE_ENV, "") == "1"
 
 
 def missing(what: str) -> NoReturn:
     """Skip the test for lack of `what`, or fail it where SGLang is required."""
     if required():
-        pytest.fail(f"{what} (${REQUIRE_ENV}=1: this run must have it)")
+        pytest.fail(f"{what} (${REQUIRE_ENV}=1 or $CI: this run must have it)")
     pytest.skip(what)
 
 

@@ -115,6 +115,8 @@ class Supervisor:
         self._reloads: list[Reload] = []  # one reload runs at a time; the rest wait here
         self._watchdog_s = _watchdog_period(self.notifier)
         self._next_ping = 0.0
+        self._begun = False  # the first launch was asked for (the orphans are gone)
+        self._early: list[Event] = []  # what came before it, for after it
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -143,6 +145,9 @@ class Supervisor:
                     continue
                 if isinstance(event, JobDone):
                     code = self._guarded(functools.partial(self._jobs.finish, event))
+                    continue
+                if not self._begun and not isinstance(event, SignalReceived | Tick):
+                    self._early.append(event)  # a file change, a group order: after the start
                     continue
                 if self.rt.group is not None:
                     self.rt.group.saw_event(event, self.state)
@@ -178,6 +183,9 @@ class Supervisor:
             self._record(record)
         if self.state.phase != "idle":  # a signal ended the run meanwhile
             return None
+        self._begun = True
+        for event in self._early:
+            self.events.put(event)
         self.state, actions = machine.start(self.state, self.rt.env)
         self.rt.observer.step(self.state, self.rt.env, actions)
         return self._act(actions)
