@@ -113,8 +113,9 @@ def test_sigterm_during_the_model_probe_stops_the_probe_and_exits_0(tmp_path: Pa
            "PROBE_MARK": str(mark), "SGLANG_GUARD_CACHE": str(tmp_path / "cache")}
     guard = start(tmp_path, config, state, ["--model-path", str(model), "--port", "12345"],
                   preflight=True, env=env)
-    wait_for(mark.exists, what="the model probe subprocess")
-    probe = int(mark.read_text())
+    # The probe writes its pid; an existing but still empty file is not that yet.
+    probe = int(wait_for(lambda: mark.exists() and mark.read_text().strip(),
+                         what="the model probe subprocess"))
     guard.send_signal(signal.SIGTERM)
     _exited_0_before_launch(guard, tmp_path, state, launcher, within=10)
     assert wait_gone([probe], timeout=5) == [], "the model probe outlived the guard"
