@@ -9,9 +9,11 @@ test sets at the end, so that no thread outlives the test.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -27,15 +29,15 @@ from sglang_guard.core.events import FileChanged, Tick
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.rules import Matcher
 from sglang_guard.errors import EXIT_OK, InputError
+from sglang_guard.shell import modelprobe, supervisor
 from sglang_guard.shell import reloader as reloader_mod
-from sglang_guard.shell import supervisor
 from sglang_guard.shell.reloader import Reloader
 from sglang_guard.shell.status import LIVEZ_WAIT_S, StatusBoard
 from sglang_guard.shell.supervisor import Supervisor
 from support.harness import Launcher, base_argv, journal_events, make_runtime, supervise, wait_for
 from support.notify import Listener
 from support.pack import FA3_LINE
-from support.procs import free_port
+from support.procs import free_port, wait_gone
 
 # What "at once" means here: a loop that answers takes milliseconds; one that blocks takes
 # the whole slow step (60 s for the port wait, up to 600 s for a model probe).
@@ -212,3 +214,39 @@ def test_the_watchdog_is_fed_by_the_loop_and_a_wedged_loop_stops_it(
         listener.close()
     # One ping may already have been on its way when the loop entered the step.
     assert pings["wedged"] - pings["at_wedge"] <= 1, pings
+
+
+def test_sigterm_during_a_reload_stops_the_probe_subprocess_too(
+        tmp_path: Path, release: threading.Event, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The model probe runs AutoConfig in a subprocess (shell/modelprobe.py): a guard that
+    # exits during a reload leaves no probe behind.
+    launcher = Launcher(tmp_path, [[["wait_term"], ["exit", 0]]])
+    monkeypatch.setattr(reloader_mod, "load_packs", lambda cfg, options: [])
+    slow = tmp_path / "slow_probe.py"
+    slow.write_text("import os, sys, time\n"
+                    f"open({str(tmp_path / 'probe.pid')!r}, 'w').write(str(os.getpid()))\n"
+                    "time.sleep(60)\n")
+    monkeypatch.setattr(modelprobe, "_PROBE_COMMAND", (sys.executable, str(slow)))
+    pid_file = tmp_path / "probe.pid"
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({  # no cache holds this one
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "name": str(tmp_path)}))
+
+    def prepare(cfg: GuardConfig, argv: tuple[str, ...]) -> Any:  # preflight's model probe
+        modelprobe.resolve_model(str(model), isolate=True, use_cache=False)
+        raise InputError("the probe was stopped")
+
+    rt = _reloading_runtime(tmp_path, launcher, prepare)
+    probe_pid: list[int] = []
+
+    def during(sup: Supervisor) -> None:
+        wait_for(launcher.argvs, what="SGLang running")
+        sup.events.put(FileChanged(str(tmp_path / "changed"), "sglang_yaml"))
+        probe_pid.append(int(wait_for(lambda: pid_file.exists() and pid_file.read_text(),
+                                      what="the probe subprocess")))
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    assert supervise(rt, ["--model-path", "/models/fake", "--port", str(free_port())],
+                     during) == EXIT_OK
+    assert wait_gone(probe_pid, timeout=5) == [], "the model probe outlived the loop"

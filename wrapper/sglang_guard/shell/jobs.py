@@ -10,18 +10,44 @@ calls `finish`, which hands the result (or re-raises the error) to the job's `do
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
+import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from sglang_guard.core.events import Event, JobDone
 
 T = TypeVar("T")
 Work = Callable[[threading.Event], T]  # the slow step; the event is set when it is cancelled
 JOIN_S = 0.2  # at the end of a run: how long a job still running is waited for, each
+# Subprocesses a slow step runs (the model probe): killed when the loop ends under them.
+_PROCESSES: set[subprocess.Popen[Any]] = set()
+_PROCESSES_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def tracked(proc: subprocess.Popen[Any]) -> Iterator[subprocess.Popen[Any]]:
+    """While inside, `proc` is killed by `Jobs.close` (the run ended with a job waiting on it)."""
+    with _PROCESSES_LOCK:
+        _PROCESSES.add(proc)
+    try:
+        yield proc
+    finally:
+        with _PROCESSES_LOCK:
+            _PROCESSES.discard(proc)
+
+
+def kill_tracked() -> None:
+    """Kill every tracked subprocess still running."""
+    with _PROCESSES_LOCK:
+        procs = list(_PROCESSES)
+    for proc in procs:
+        with contextlib.suppress(OSError):
+            proc.kill()
 
 
 @dataclass
@@ -89,6 +115,8 @@ class Jobs:
         self._running.clear()
         for job in jobs:
             job.cancel.set()
+        if jobs:
+            kill_tracked()  # the model probe a reload waits on: it must not outlive the guard
         for job in jobs:
             if job.thread is not None:
                 job.thread.join(JOIN_S)

@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from sglang_guard.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
+SIGNAL_POLL_S = 0.2  # the longest the loop waits for an event (see Supervisor._next_event)
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -191,22 +192,28 @@ class Supervisor:
         return self._act(actions)
 
     def _next_event(self) -> Event | None:
-        """The next event; None when the watchdog's period passed first.
+        """The next event; None when SIGNAL_POLL_S (or the watchdog's period) passed first.
+
+        The wait is never unbounded: a signal that the kernel hands to another thread only
+        flags the interpreter, and the Python handler runs on this (the main) thread once it
+        runs again; blocked on an empty queue it would not, until some event came (measured:
+        a SIGTERM during a quiet reload waited for the reload's end).
 
         Under a systemd watchdog the loop itself pings, between two events, while SGLang
         loads or restarts (systemd counts from the start, and loading takes minutes): a
         wedged loop stops the pings. Once SGLang is ready, the pings come only from passing
         /health_generate probes (the machine's Notify), so a hung server is what systemd sees.
         """
-        if self._watchdog_s is None:
-            return self.events.get()
         now = time.monotonic()
-        if now >= self._next_ping:
-            if self.state.phase != "ready" or not self.rt.env.health.enabled:
-                self.notifier.send("WATCHDOG=1")
-            self._next_ping = now + self._watchdog_s
+        wait = SIGNAL_POLL_S
+        if self._watchdog_s is not None:
+            if now >= self._next_ping:
+                if self.state.phase != "ready" or not self.rt.env.health.enabled:
+                    self.notifier.send("WATCHDOG=1")
+                self._next_ping = now + self._watchdog_s
+            wait = min(wait, max(0.0, self._next_ping - now))
         try:
-            return self.events.get(timeout=max(0.0, self._next_ping - now))
+            return self.events.get(timeout=wait)
         except queue.Empty:
             return None
 
