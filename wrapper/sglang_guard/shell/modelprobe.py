@@ -146,9 +146,9 @@ def _resolve_in_subprocess(path: str, revision: str | None, trust: bool, *,
                           stderr=subprocess.PIPE, text=True) as proc, tracked(proc):
         try:
             stdout, stderr = proc.communicate(request, timeout=PROBE_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            stdout, stderr = proc.communicate()
+        except BaseException:  # a timeout, an early stop signal: the probe goes too
+            proc.kill()  # (as subprocess.run does)
+            raise
     try:
         answer = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
