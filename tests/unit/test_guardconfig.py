@@ -173,3 +173,29 @@ def test_group_section_defaults_and_checks() -> None:
         parse_guard_config("[group]\nheartbeat_s = 0\n", "g.toml")
     with pytest.raises(ConfigError, match=r"group.*leader"):
         parse_guard_config("[group]\nleader = 1\n", "g.toml")
+
+
+def test_learn_is_off_unless_a_store_is_named() -> None:
+    assert not parse_guard_config("", "g.toml").learn.enabled
+    learn = parse_guard_config('[learn]\nstore = "etcd://10.0.0.1:2379,10.0.0.2:2379/fleet"\n'
+                               'user = "guard"\npassword_file = "/run/secrets/etcd"\n'
+                               "ttl_days = 7\npublish = false\n", "g.toml").learn
+    assert learn.enabled and learn.ttl_days == 7.0 and not learn.publish and learn.consume
+    assert learn.timeout_s == 2.0
+
+
+@pytest.mark.parametrize(("text", "key", "needle"), [
+    ('store = "redis://x"', "learn.store", "expected file://"),
+    ('store = "file://rel"', "learn.store", "absolute"),
+    ('store = "etcd://u:p@h:2379/x"', "learn.store", "credentials go in"),
+    ('store = "file:///x"\nttl_days = 0', "learn.ttl_days", "above 0"),
+    ('store = "file:///x"\ntimeout_s = 5', "learn.timeout_s", "at most 2"),
+    ('store = "file:///x"\npassword_file = "/p"', "learn.password_file", "needs user"),
+    ('store = "file:///x"\nkey_file = "/k"', "learn.key_file", "needs cert_file"),
+    ('store = "file:///x"\npassword = "inline"', "learn.password", "unknown"),
+    ('store = "etcd://h:2379/x"', "learn.store", "writers must be authenticated"),
+])
+def test_learn_errors_name_the_key(text: str, key: str, needle: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_guard_config(f"[learn]\n{text}\n", "g.toml")
+    assert key in str(info.value) and needle in str(info.value)

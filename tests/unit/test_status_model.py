@@ -209,3 +209,40 @@ def test_the_environment_overrides_listen_and_is_validated(
         address(StatusSection())
     monkeypatch.setenv(ENV_ALLOW_REMOTE, "1")
     assert address(StatusSection()) == ("0.0.0.0", 9488)  # noqa: S104 - what the test asks for
+
+
+def test_fleet_records_count_and_status_names_the_fleet_fix_in_use() -> None:
+    origin = {"guard": "node-1:abcd", "learned_at": "2026-12-01T20:00:00+00:00",
+              "confirmations": 2}
+    fix = {"event": "remediated", "trigger": "fleet", "rule": "fleet", "key": "k" * 64,
+           "flag": "--attention-backend", "action": "drop_flag", "old_value": "fa3",
+           "new_value": None, "origin": origin}
+    snap, counts = fold([{"event": "fleet.lookup", "result": "hit"}, fix, start(1),
+                         {"event": "ready", "gen": 1}, {"event": "fleet.confirmed"}])
+    assert [c.fleet for c in counts if c.fleet] == [("lookup", "hit"), ("confirm",)]
+    assert counts[1].remediation == ("fleet", "fleet", "--attention-backend", "drop_flag")
+    assert counts[2].launch == "start"  # a fleet fix changes the first launch, ends none
+    doc = model.public(snap, 5.0, "0.5.23")
+    assert doc["fleet_fix"]["key"] == "k" * 64
+    assert doc["fleet_fix"]["origin"]["guard"] == "node-1:abcd"
+    assert doc["fleet_fix"]["edits"] == [{"flag": "--attention-backend", "action": "drop_flag",
+                                          "old_value": "fa3", "new_value": None}]
+    snap, _ = model.on_record(snap, {"event": "fleet.known_bad"}, 9.0, 1009.0)
+    assert model.public(snap, 10.0, None)["fleet_fix"] is None
+
+
+@pytest.mark.parametrize(("record", "kinds"), [
+    ({"event": "fleet.lookup", "result": "miss"}, ("lookup",)),
+    ({"event": "fleet.lookup", "result": "known_bad"}, ("lookup", "known_bad_skip")),
+    ({"event": "fleet.lookup", "result": "unavailable"}, ("lookup", "store_error")),
+    ({"event": "fleet.lookup", "result": "error"}, ("lookup", "store_error")),
+    ({"event": "fleet.refused"}, ("lookup", "refused")),
+    ({"event": "fleet.published"}, ("publish",)),
+    ({"event": "fleet.known_bad"}, ("known_bad",)),
+    ({"event": "fleet.error"}, ("store_error",)),
+])
+def test_every_fleet_record_counts_a_registered_kind(record: dict[str, Any],
+                                                     kinds: tuple[str, ...]) -> None:
+    _, counts = fold([record])
+    assert counts[0].fleet == kinds
+    assert set(kinds) <= set(model.FLEET_KINDS)

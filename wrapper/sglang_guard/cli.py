@@ -99,11 +99,23 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
                        state_dir or cfg.state_dir or default_run_state_dir(argv), release)
     decision, inputs = prepared.decision, prepared.inputs
     assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
+    fleet = None
+    if cfg.learn.enabled:  # fleet memory: what a guard would take from the store
+        from sglang_guard.shell.fleet import check_view  # noqa: PLC0415
+
+        fleet = check_view(cfg, state_dir or cfg.state_dir or default_run_state_dir(argv),
+                           prepared)
     if as_json:
-        click.echo(json.dumps(decision_json(decision, inputs), indent=2))
+        doc = decision_json(decision, inputs)
+        click.echo(json.dumps({**doc, "fleet": fleet} if fleet else doc, indent=2))
     else:
         click.echo(render_decision(decision, inputs))
-    sys.exit(_VERDICT_EXIT[decision.verdict])
+        for line in fleet["lines"] if fleet else ():
+            click.echo(line)
+    verdict = decision.verdict
+    if fleet and fleet["applied"] and verdict == "ok":
+        verdict = "remediated"
+    sys.exit(_VERDICT_EXIT[verdict])
 
 
 @main.command(context_settings={"ignore_unknown_options": True})
@@ -241,3 +253,100 @@ def import_(output: str | None, versions: str | None, sglang_src: str | None,
         click.echo(f"sglang-guard: {summary}", err=True)
     else:
         click.echo(f"sglang-guard: wrote {output}: {summary}", err=True)
+
+
+# -- fleet memory (shell/learned.py) -----------------------------------------------------------
+
+
+def _learned_store(config_path: str | None, store: str | None) -> Any:
+    from sglang_guard.shell.learned import store_for  # noqa: PLC0415
+
+    cfg = load_config(config_path, None, None, search_defaults=True)
+    return store_for(cfg.learn, store)
+
+
+_store_options = [
+    click.option("--config", "config_path", default=None, metavar="GUARD.toml",
+                 help="The guard config whose [learn] store to read."),
+    click.option("--store", default=None, metavar="URL",
+                 help="file:///DIR or etcd://HOST:PORT/PREFIX (default: [learn] store)."),
+]
+
+
+def _with_store(fn: F) -> F:
+    for option in reversed(_store_options):
+        fn = option(fn)
+    return fn
+
+
+@main.group()
+def learned() -> None:
+    """Fleet memory: the fixes guards learned and share through [learn] store."""
+
+
+@learned.command("list")
+@_with_store
+@click.option("--json", "as_json", is_flag=True, help="One JSON array on stdout.")
+@guarded
+def learned_list(config_path: str | None, store: str | None, as_json: bool) -> None:
+    """Every entry: key, proven or known-bad, its edits, origin and confirmations."""
+    from sglang_guard.shell import learned as lib  # noqa: PLC0415
+
+    items = lib.listing(_learned_store(config_path, store))
+    if as_json:
+        click.echo(json.dumps([lib.as_json(i) for i in items], indent=2))
+        return
+    for item in items:
+        click.echo(lib.line_of(item))
+
+
+@learned.command("show")
+@_with_store
+@click.argument("key")
+@guarded
+def learned_show(config_path: str | None, store: str | None, key: str) -> None:
+    """One entry as JSON (KEY: the key or its first 8+ hex digits)."""
+    from sglang_guard.shell import learned as lib  # noqa: PLC0415
+
+    where = _learned_store(config_path, store)
+    click.echo(lib.export_entry(lib.entry(where, lib.resolve(where, key))), nl=False)
+
+
+@learned.command("forget")
+@_with_store
+@click.argument("key")
+@guarded
+def learned_forget(config_path: str | None, store: str | None, key: str) -> None:
+    """Remove an entry: the next guard with these inputs learns on its own again."""
+    from sglang_guard.shell import learned as lib  # noqa: PLC0415
+
+    where = _learned_store(config_path, store)
+    full = lib.resolve(where, key)
+    lib.forget(where, full)
+    click.echo(f"sglang-guard: forgot {full}", err=True)
+
+
+@learned.command("export")
+@_with_store
+@click.option("--as", "fmt", type=click.Choice(["pack", "entry"]), default="pack",
+              help="pack: a rule pack (TOML); entry: a file for a file:// store (JSON).")
+@click.option("-o", "--output", default=None, metavar="FILE", help="Default: stdout.")
+@click.argument("key")
+@guarded
+def learned_export(config_path: str | None, store: str | None, fmt: str, output: str | None,
+                   key: str) -> None:
+    """Write an entry as a rule pack or a reviewed store file, to ship with an image."""
+    from sglang_guard.shell import learned as lib  # noqa: PLC0415
+    from sglang_guard.shell.files import write_atomic  # noqa: PLC0415
+
+    where = _learned_store(config_path, store)
+    e = lib.entry(where, lib.resolve(where, key))
+    text = lib.export_pack(e) if fmt == "pack" else lib.export_entry(e)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        write_atomic(output, text, mode=0o600 if fmt == "entry" else 0o644)
+    except OSError as exc:
+        raise click.ClickException(f"{output}: {exc.strerror or exc}") from None
+    click.echo(f"sglang-guard: wrote {output}", err=True)

@@ -122,6 +122,36 @@ class GroupSection:
     join_timeout_s: float = 600.0  # every worker must run the leader's launch within this
 
 
+LEARN_SCHEMES = ("file://", "etcd://", "etcds://")
+LEARN_TIMEOUT_MAX_S = 2.0  # a store may delay a start by this much, never more
+
+
+@dataclass(frozen=True, slots=True)
+class LearnSection:
+    """Fleet memory (shell/fleet.py): a store the fleet's guards share fixes through; off
+    unless `store` is set. Credentials come from files, never from this file itself."""
+
+    store: str = ""  # file:///DIR, etcd://HOST:PORT[,HOST:PORT]/PREFIX, etcds://... (TLS)
+    publish: bool = True  # write what this guard learned (proven or known-bad)
+    consume: bool = True  # apply a proven entry before the first launch
+    ttl_days: float = 30.0
+    timeout_s: float = LEARN_TIMEOUT_MAX_S  # per store request
+    user: str | None = None  # etcd user (auth enabled)
+    password_file: str | None = None  # its password, in a file of its own
+    ca_file: str | None = None  # etcds://: the CA that signed the server's certificate
+    cert_file: str | None = None  # etcds://: a client certificate (and its key) as identity
+    key_file: str | None = None
+    guard_id: str | None = None  # how this guard names itself in entries (default: host)
+    # etcd without user or client certificate: anyone who reaches etcd could write a fix
+    # every guard applies; only with this set (a test cluster, a private network).
+    allow_unauthenticated: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        """A store is configured."""
+        return bool(self.store)
+
+
 # The guard's own HTTP port (/metrics, /livez, /readyz, /startupz, /status): SGLang's default
 # is 30000 and its internal ports land above it, so the guard's sits well away from both.
 DEFAULT_STATUS_PORT = 9488
@@ -177,6 +207,7 @@ class GuardConfig:
     group: GroupSection = field(default_factory=GroupSection)
     start: StartSection = field(default_factory=StartSection)
     status: StatusSection = field(default_factory=StatusSection)
+    learn: LearnSection = field(default_factory=LearnSection)
     state_dir: str | None = None
     gpu_sm: str = "auto"
     log_format: LogFormat = "auto"
@@ -204,7 +235,7 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
     """Parse and validate the TOML text of a guard config."""
     root = Table.parse(text, path)
     root.known({"sglang", "policy", "restart", "health", "rules", "group", "start", "state",
-                "gpu", "log", "status"})
+                "gpu", "log", "status", "learn"})
     return GuardConfig(
         path=path,
         sglang=_section(root.table("sglang"), SglangSection),
@@ -215,6 +246,7 @@ def parse_guard_config(text: str, path: str) -> GuardConfig:
         group=_group(root.table("group")),
         start=_start(root.table("start")),
         status=_status(root.table("status")),
+        learn=_learn(root.table("learn")),
         state_dir=_leaf(root, "state", "dir").text("dir"),
         gpu_sm=_gpu_sm(_leaf(root, "gpu", "sm")),
         log_format=cast("LogFormat", _leaf(root, "log", "format").choice(
@@ -242,6 +274,31 @@ def _status(raw: Table) -> StatusSection:
     except ValueError as exc:
         raise raw.fail("listen", str(exc)) from None
     return status
+
+
+def _learn(raw: Table) -> LearnSection:
+    learn: LearnSection = _section(raw, LearnSection)
+    if learn.store and not learn.store.startswith(LEARN_SCHEMES):
+        raise raw.fail("store", f"expected {', '.join(s + '...' for s in LEARN_SCHEMES)}, "
+                                f"got {learn.store!r}")
+    if learn.store.startswith("file://") and not learn.store[7:].startswith("/"):
+        raise raw.fail("store", "file:// needs an absolute directory, e.g. file:///var/lib/x")
+    if "@" in learn.store.partition("//")[2].partition("/")[0]:
+        raise raw.fail("store", "credentials go in user / password_file, not in the address")
+    if learn.ttl_days <= 0:
+        raise raw.fail("ttl_days", "must be above 0")
+    if not 0 < learn.timeout_s <= LEARN_TIMEOUT_MAX_S:
+        raise raw.fail("timeout_s", f"must be above 0 and at most {LEARN_TIMEOUT_MAX_S:g}")
+    if learn.store.startswith(("etcd://", "etcds://")) and not learn.user \
+            and not learn.cert_file and not learn.allow_unauthenticated:
+        raise raw.fail("store", "an etcd store needs user + password_file or cert_file "
+                                "(the writers must be authenticated), or "
+                                "allow_unauthenticated = true")
+    if learn.password_file and not learn.user:
+        raise raw.fail("password_file", "needs user")
+    if learn.key_file and not learn.cert_file:
+        raise raw.fail("key_file", "needs cert_file")
+    return learn
 
 
 def _leaf(root: Table, name: str, key: str) -> Table:

@@ -23,6 +23,14 @@ RESTART_CAUSES = ("crash", "liveness", "ready_timeout", "stalled", "reload", "fi
 LAUNCH_REASONS = ("start", *RESTART_CAUSES)
 GIVE_UP_REASONS = tuple(c.value for c in GiveUpCause)  # the cause a give-up record names
 RELOAD_OUTCOMES = ("applied", "restart", "rejected")
+# Fleet memory (shell/fleet.py): lookups and what came of them, and the store writes.
+FLEET_KINDS = ("lookup", "hit", "known_bad_skip", "refused", "publish", "confirm", "known_bad",
+               "store_error")
+_FLEET_LOOKUP = {"hit": ("hit",), "known_bad": ("known_bad_skip",), "miss": (),
+                 "error": ("store_error",), "unavailable": ("store_error",)}
+_FLEET_EVENTS = {"fleet.refused": ("lookup", "refused"), "fleet.published": ("publish",),
+                 "fleet.confirmed": ("confirm",), "fleet.known_bad": ("known_bad",),
+                 "fleet.error": ("store_error",)}
 # The machine's Stop reasons that name the cause themselves (others come from records).
 _STOP_CAUSES = {"liveness": "liveness", "ready timeout": "ready_timeout",
                 "config changed": "reload"}
@@ -49,6 +57,7 @@ class Snapshot:
     backoff_until: float | None = None  # wall-clock time of the next launch
     argv: tuple[str, ...] = ()  # as journaled: masked already
     exit_code: int | None = None
+    fleet_fix: Mapping[str, Any] | None = None  # the fleet entry the launch runs with
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,7 @@ class Counts:
     reload: str | None = None
     time_to_ready: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    fleet: tuple[str, ...] = ()  # FLEET_KINDS this record counts
 
 
 def phase_of(machine_phase: str, stage: str | None) -> str:
@@ -138,19 +148,38 @@ def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
         return snap, Counts(reload="rejected")
     if event == "guard.exit":
         return replace(snap, exit_code=int(record.get("code", 0))), Counts()
+    if event == "fleet.lookup":
+        return snap, Counts(fleet=("lookup", *_FLEET_LOOKUP.get(str(record.get("result")), ())))
+    if event in _FLEET_EVENTS:
+        if event == "fleet.known_bad":
+            snap = replace(snap, fleet_fix=None)  # no longer in use: the guard goes on alone
+        return snap, Counts(fleet=_FLEET_EVENTS[event])
     return snap, Counts()
+
+
+def _fleet_fix(snap: Snapshot, record: Mapping[str, Any]) -> Snapshot:
+    """A fleet fix applied before the first launch: /status names its key, origin and edits."""
+    edit = {k: record.get(k) for k in ("flag", "action", "old_value", "new_value")}
+    old = snap.fleet_fix if snap.fleet_fix and snap.fleet_fix.get("key") == record.get("key") \
+        else None
+    edits = [*(old["edits"] if old else []), edit]
+    return replace(snap, fleet_fix={"key": record.get("key"), "origin": record.get("origin"),
+                                    "edits": edits})
 
 
 def _remediation(snap: Snapshot, record: Mapping[str, Any]) -> tuple[Snapshot, Counts]:
     trigger = str(record.get("trigger", "log"))
+    if trigger == "fleet":
+        snap = _fleet_fix(snap, record)
     action = str(record.get("action", "restore" if record.get("event") == "restored" else ""))
     labels = (trigger, str(record.get("rule", "")), str(record.get("flag") or ""), action)
     keep = ("trigger", "rule", "flag", "action", "old_value", "value", "new_value", "reason",
             "argv_before", "argv_after", "gen", "ts")
     last = {k: record[k] for k in keep if k in record}
     last["event"] = record.get("event")
-    # A preflight fix changes the first launch's line; a log fix ends the current launch.
-    cause = snap.cause if trigger == "preflight" else "fix"
+    # A preflight (or fleet) fix changes the first launch's line; a log fix ends the current
+    # launch.
+    cause = snap.cause if trigger in ("preflight", "fleet") else "fix"
     return replace(snap, last_remediation=last, cause=cause), Counts(remediation=labels)
 
 
@@ -174,6 +203,7 @@ def public(snap: Snapshot, now: float, sglang_version: str | None) -> dict[str, 
         "backoff_until": snap.backoff_until,
         "sglang_version": sglang_version,
         "argv": list(snap.argv),
+        "fleet_fix": _masked(snap.fleet_fix),
     }
 
 

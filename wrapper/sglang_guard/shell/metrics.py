@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from sglang_guard.core.status import (
+    FLEET_KINDS,
     GIVE_UP_REASONS,
     LAUNCH_REASONS,
     PHASES,
@@ -44,6 +45,9 @@ class Metrics:
                                 ["reason"], registry=r)
         self.reloads = Counter(f"{PREFIX}_reloads", "Config reloads, by outcome",
                                ["outcome"], registry=r)
+        self.fleet = Counter(f"{PREFIX}_fleet", "Fleet memory: lookups, hits, known-bad "
+                             "skips, refused entries, publishes, confirmations, known-bad "
+                             "marks and store errors", ["kind"], registry=r)
         self.phase = Gauge(f"{PREFIX}_phase", "The guard's phase (one-hot)", ["phase"],
                            registry=r)
         self.child_up = Gauge(f"{PREFIX}_child_up", "1 while an SGLang process runs",
@@ -63,7 +67,7 @@ class Metrics:
                                        registry=r)
         for family, values in ((self.launches, LAUNCH_REASONS), (self.restarts, RESTART_CAUSES),
                                (self.give_ups, GIVE_UP_REASONS),
-                               (self.reloads, RELOAD_OUTCOMES)):
+                               (self.reloads, RELOAD_OUTCOMES), (self.fleet, FLEET_KINDS)):
             for value in values:
                 family.labels(value)
         self._known: set[tuple[str, str, str, str]] = set()
@@ -91,6 +95,8 @@ class Metrics:
             self.reloads.labels(counts.reload).inc()
         if counts.time_to_ready is not None:
             self.time_to_ready.observe(counts.time_to_ready)
+        for kind in counts.fleet:
+            self.fleet.labels(kind).inc()
 
     def show(self, snap: Snapshot) -> None:
         """Set the gauges from a snapshot."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from sglang_guard.core.group import group_spec
 from sglang_guard.core.guardconfig import GuardConfig
@@ -13,7 +14,7 @@ from sglang_guard.core.machine import Env
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
-from sglang_guard.core.rules import Matcher
+from sglang_guard.core.rules import Matcher, RulePack
 from sglang_guard.errors import ConfigError, GuardError, Refused
 from sglang_guard.shell.heap import trim_heap
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
@@ -22,10 +23,13 @@ from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.packs import load_packs
 from sglang_guard.shell.preflightlog import log_warnings
-from sglang_guard.shell.reloader import Reloader
+from sglang_guard.shell.reloader import Prepare, Reloader
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
 from sglang_guard.shell.whichrelease import Release, resolve_release
+
+if TYPE_CHECKING:
+    from sglang_guard.shell.fleet import Fleet
 
 LAUNCH_MODULE = ("-m", "sglang.launch_server")
 Seen = set[tuple[str, str | None, str, str | None]]
@@ -133,14 +137,16 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     preflight = Preflight(opts.state_dir, opts.preflight, journal, release,
                           observer=opts.observer)
     first = preflight(cfg, opts.argv)
-    env = Env(options=first.options, matcher=Matcher(load_packs(cfg, first.options)),
+    packs = load_packs(cfg, first.options)
+    fleet, first, observer, prepare = _with_fleet(cfg, opts, first, packs, preflight)
+    env = Env(options=first.options, matcher=Matcher(packs),
               restart=cfg.restart, health=cfg.health, arch=first.arch, sm=first.sm,
               sglang_version=release.version,
               derived_dir=derived_dir(opts.state_dir), start=cfg.start)
-    reloader = Reloader(cfg=cfg, overrides=opts.overrides, prepare=preflight, base=first.cl,
+    reloader = Reloader(cfg=cfg, overrides=opts.overrides, prepare=prepare, base=first.cl,
                         argv_from_cli=None if opts.argv_from_config else opts.argv)
     rt = Runtime(launch=prefix, state_dir=opts.state_dir, env=env, reload=reloader.reload,
-                 watch=watched_files(cfg, first), observer=opts.observer)
+                 watch=watched_files(cfg, first), observer=observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
     engine, why = env.matcher.prepare_scan()
@@ -168,7 +174,33 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                            "argv_after": redact_argv(replayed.argv, env.options)})
         if not spec.leads:
             rt.reload = group.worker_reload(rt.reload)
-    return run_supervisor(rt, cl, journal)
+    try:
+        return run_supervisor(rt, cl, journal)
+    finally:
+        if fleet is not None:
+            fleet.close(cfg.learn.timeout_s)
+
+
+def _with_fleet(cfg: GuardConfig, opts: RunOptions, first: Prepared, packs: Sequence[RulePack],
+                preflight: Preflight) -> tuple[Fleet | None, Prepared, Observer, Prepare]:
+    """Fleet memory (`[learn]`, shell/fleet.py) for a single-node guard: the first launch
+    with a proven entry applied, the observer that learns from the journal, and preflight
+    for reloads that keeps the fleet fix."""
+    if not cfg.learn.enabled or group_spec(first.cl, os.environ, cfg.group.port) is not None:
+        return None, first, opts.observer, preflight
+    from sglang_guard.shell import fleet as fleetwire  # noqa: PLC0415 - only with [learn]
+
+    fleet = fleetwire.open_fleet(cfg, opts.state_dir, first, packs)
+    if fleet is None:
+        return None, first, opts.observer, preflight
+    own = fleetwire.own_journal(opts.state_dir)
+    sinks = [opts.observer.record, *([own.write] if own is not None else [])]
+    first = replace(first, cl=fleet.before_launch(first.cl, sinks))
+
+    def prepare(cfg: GuardConfig, argv: tuple[str, ...]) -> Prepared:
+        return fleet.reapply(preflight(cfg, argv))
+
+    return fleet, first, fleetwire.FleetObserver(opts.observer, fleet), prepare
 
 
 def watched_files(cfg: GuardConfig, prepared: Prepared) -> dict[str, Kind]:
