@@ -72,7 +72,7 @@ signal.sigwait({{signal.SIGTERM}})
 
 
 class Binder(Launcher):
-    """The Launcher of test_supervisor, running BINDER instead of a script."""
+    """The harness's Launcher (support/harness.py), running BINDER instead of a script."""
 
     def __post_init__(self) -> None:
         self.record = self.tmp / "argv.jsonl"
