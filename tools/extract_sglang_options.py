@@ -23,6 +23,16 @@ def _yaml_kind(action: argparse.Action) -> str:
     return "unsupported"
 
 
+def _type_name(action: argparse.Action) -> str | None:
+    if action.nargs == 0:
+        return None
+    return action.type.__name__ if action.type in (int, float) else None
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, bool | int | float | str)
+
+
 def dump() -> dict[str, Any]:
     """SGLang's parser as data: one entry per option-bearing action."""
     import sglang  # type: ignore[import-not-found]
@@ -48,6 +58,10 @@ def dump() -> dict[str, Any]:
                 # How SGLang's --config YAML merger treats it (server_args_config_parser.py):
                 # store_true keys become a bare flag, one-value keys `--key value`, others fail.
                 "yaml": _yaml_kind(action),
+                # argparse's type check the guard repeats ("invalid int value: 'x'").
+                "type": _type_name(action),
+                # The release's default where it is a JSON scalar (what absent flags read).
+                **({"default": action.default} if _is_scalar(action.default) else {}),
             }
         )
     return {

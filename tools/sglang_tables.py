@@ -1,7 +1,8 @@
 """Generate the per-release SGLang tables from the releases' wheels, statically (no import).
 
     tools/fetch-sglang-wheels                 # the wheels, into ~/.cache/sglang-guard/wheels
-    python tools/sglang_tables.py             # rewrite configs/sglang/releases.json + renames.json
+    python tools/sglang_tables.py             # rewrite configs/sglang/releases.json, renames.json
+                                              # and spellings.json
     python tools/sglang_tables.py --check     # exit 1 when the shipped tables drifted
     python tools/sglang_tables.py --one 0.5.24 --wheel path.whl   # print one release's table
 
@@ -24,6 +25,7 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "wrapper"))
 
+from sglang_guard.core.options import parse_table  # noqa: E402
 from sglang_guard.core.releases import decode_chain, encode_chain  # noqa: E402
 from sglang_guard.core.renames import derive_renames, renames_to_json  # noqa: E402
 from sglang_guard.core.sgl_options import release_table  # noqa: E402
@@ -54,6 +56,21 @@ def shipped_versions() -> list[str]:
 def dumps(data: Any) -> str:
     """The shipped JSON form: compact, one file line per release."""
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def spellings(releases: dict[str, Any]) -> list[str]:
+    """spellings.json: every shipped release's canonical option spellings, sorted.
+
+    What `sglang_guard.shell.packs.other_release_has` asks, without loading 42 option tables
+    at run time. Each release's table is the one `load_option_table` reads: the shipped
+    argparse dump where there is one (options-<version>.json), else the decoded chain.
+    """
+    found: set[str] = set()
+    for version, table in decode_chain(releases).items():
+        dump = CONFIGS / f"options-{version}.json"
+        data = json.loads(dump.read_text(encoding="utf-8")) if dump.exists() else table
+        found.update(o.canonical for o in parse_table(data, str(dump)).options)
+    return sorted(found)
 
 
 def read_one(version: str, wheel: Path) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
@@ -100,7 +117,8 @@ def main() -> int:
     start = time.perf_counter()
     releases, renames, times = generate(args.wheels)
     total = time.perf_counter() - start
-    out = {"releases.json": dumps(releases), "renames.json": dumps(renames)}
+    out = {"releases.json": dumps(releases), "renames.json": dumps(renames),
+           "spellings.json": dumps(spellings(releases))}
     if args.check:
         drift = [n for n, text in out.items()
                  if (CONFIGS / n).read_text(encoding="utf-8") != text]

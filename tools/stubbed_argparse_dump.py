@@ -115,5 +115,9 @@ for action in parser._actions:
         "yaml": "store_true" if isinstance(action, argparse._StoreTrueAction) else (
             "value" if isinstance(action, argparse._StoreAction) or action.nargs is None
             else "unsupported"),
+        "type": action.type.__name__ if action.nargs != 0 and action.type in (int, float)
+        else None,
+        **({"default": action.default} if action.default is None
+           or isinstance(action.default, (bool, int, float, str)) else {}),
     })
 json.dump({"options": opts}, sys.stdout)

@@ -39,11 +39,15 @@ PEERS = ("supervisord", "circus")
 
 def _start(tool: str, workdir: Path, child: list[str], peers: sups.Peers, *, grace: float,
            forever: bool = False) -> subprocess.Popen[bytes]:
-    """Each supervisor with `grace`; `forever`: restart on every exit, never give up."""
+    """Each supervisor with `grace`; `forever`: restart on every exit, never give up.
+
+    "guard-nostatus" is the guard with its status port off.
+    """
+    restart = {"stop_grace_s": grace, **({"max_failures": 1_000_000} if forever else {})}
     start: dict[str, Callable[[], subprocess.Popen[bytes]]] = {
-        "guard": lambda: sups.start_guard(
-            workdir, child,
-            restart={"stop_grace_s": grace, **({"max_failures": 1_000_000} if forever else {})}),
+        "guard": lambda: sups.start_guard(workdir, child, restart=restart),
+        "guard-nostatus": lambda: sups.start_guard(workdir, child, restart=restart,
+                                                   status=False),
         "supervisord": lambda: sups.start_supervisord(
             workdir, peers, child, autorestart="true" if forever else "unexpected",
             startretries=1_000_000 if forever else 3, grace=grace),
@@ -125,7 +129,7 @@ def measure(tmp: Path, peers: sups.Peers, runs: int, *, crash_loop: bool = True
     tools = ("guard", *PEERS)
     surv: dict[str, list[float]] = {t: [] for t in tools}
     gone: dict[str, list[float]] = {t: [] for t in tools}
-    rss: dict[str, list[float]] = {t: [] for t in tools}
+    rss: dict[str, list[float]] = {t: [] for t in (*tools, "guard-nostatus")}
     spawns: dict[str, list[float]] = {t: [] for t in tools}
     cpu: dict[str, list[float]] = {t: [] for t in tools}
     for run in range(runs):
@@ -136,6 +140,11 @@ def measure(tmp: Path, peers: sups.Peers, runs: int, *, crash_loop: bool = True
             rss[tool].append(rss_one(tool, tmp / f"rss-{tool}-{run}", peers))
             print(f"  lifecycle run {run + 1} {tool:<12} survivors {n} gone after {secs:5.2f} s"
                   f"  rss {rss[tool][-1]:5.1f} MiB", file=sys.stderr)
+            if tool == "guard":
+                rss["guard-nostatus"].append(
+                    rss_one("guard-nostatus", tmp / f"rss-guard-nostatus-{run}", peers))
+                print(f"  lifecycle run {run + 1} guard, status port off  rss "
+                      f"{rss['guard-nostatus'][-1]:5.1f} MiB", file=sys.stderr)
             if crash_loop:
                 rate, c = crash_one(tool, tmp / f"crash-{tool}-{run}", peers)
                 spawns[tool].append(rate)
@@ -153,13 +162,16 @@ def measure(tmp: Path, peers: sups.Peers, runs: int, *, crash_loop: bool = True
         figures.append(Figure("time until no process of the tree remains", "s", peer, "lower",
                               guard=gone["guard"], peer=gone[peer],
                               note=f"grace {GRACE_S:g} s for all; {CAP_S:g} = never (cap)"))
-    for peer in PEERS:
-        fig = Figure("steady-state RSS, one idle child", "MiB", peer, "lower",
-                     "<= 1.5x supervisord" if peer == "supervisord" else "",
-                     guard=rss["guard"], peer=rss[peer])
-        if peer == "supervisord" and (ratio := fig.ratio()) is not None:
-            fig.met = ratio <= 1.5
-        figures.append(fig)
+    for name, guard in (("", "guard"), (", status port off", "guard-nostatus")):
+        for peer in PEERS:
+            fig = Figure(f"steady-state RSS, one idle child{name}", "MiB", peer, "lower",
+                         "<= 1.5x supervisord" if peer == "supervisord" else "",
+                         guard=rss[guard], peer=rss[peer],
+                         note="status port on (the default), on a free port" if not name
+                         else "no /metrics: prometheus-client and http.server not imported")
+            if peer == "supervisord" and (ratio := fig.ratio()) is not None:
+                fig.met = ratio <= 1.5
+            figures.append(fig)
     if crash_loop:
         for peer in PEERS:
             figures.append(Figure("crash loop: spawns", "per min", peer, "lower",

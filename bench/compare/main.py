@@ -1,6 +1,7 @@
 """bench/run: the guard against supervisord, circus and cat, in one table.
 
-    bench/run [--json PATH] [--runs 3] [--lines 1000000] [--only pass,reaction,lifecycle]
+    bench/run [--json PATH] [--runs 3] [--lines 1000000,4000000]
+              [--only pass,reaction,flood,lifecycle,check]
 
 Each figure is min/median/max over `--runs` runs, and its ratio to the peer measured in the
 same runs (median of the per-run ratios guard/peer). Targets come from the issue; a missed
@@ -18,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import check
+import flood
 import lifecycle
 import pass_through
 import peers as peer_env
@@ -25,7 +28,7 @@ import psutil
 import reaction
 from measure import Figure, kill_strays, spread
 
-SECTIONS = ("pass", "reaction", "lifecycle")
+SECTIONS = ("pass", "reaction", "flood", "lifecycle", "check")
 
 
 def machine() -> str:
@@ -63,7 +66,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", type=Path, help="also write the figures as JSON here")
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--lines", default="1000000,4000000",
+                    help="pass-through sizes, comma-separated line counts")
     ap.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections")
     ap.add_argument("--no-crash-loop", action="store_true", help="skip the 45 s/run crash loop")
     ap.add_argument("--fresh-peers", action="store_true",
@@ -83,12 +87,17 @@ def main() -> int:
         figures: list[Figure] = []
         try:
             if "pass" in sections:
-                figures += pass_through.measure(tmp, peers, args.lines, args.runs)
+                sizes = [int(n) for n in args.lines.split(",") if n]
+                figures += pass_through.measure(tmp, peers, sizes, args.runs)
             if "reaction" in sections:
                 figures += reaction.measure(tmp, peers, args.runs)
+            if "flood" in sections:
+                figures += flood.measure(tmp, peers, args.runs)
             if "lifecycle" in sections:
                 figures += lifecycle.measure(tmp, peers, args.runs,
                                              crash_loop=not args.no_crash_loop)
+            if "check" in sections:
+                figures += check.measure(tmp, max(args.runs, 5))
         finally:
             kill_strays(str(tmp))  # whatever a failed run left behind
         elapsed = time.monotonic() - started

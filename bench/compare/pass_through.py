@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -31,6 +32,10 @@ from measure import HERE, REPO, Figure, cpu_seconds, kill_tree, stop_process, wa
 LONG_LINE = 1 << 20
 LONG_LINES = 32
 TOOLS = ("guard", "supervisord", "circus", "cat")
+# Issue 24: >= 0.6x supervisord on 2 cores (the child takes one), >= 1.0x where the scan has
+# cores of its own (the 16-core H200 machine); <= 0.2 CPU s of the guard per million lines.
+SUPERVISORD_TARGET = 1.0 if (os.cpu_count() or 1) >= 16 else 0.6
+CPU_TARGET = 0.2
 
 
 MIXES = ("log", "near-miss")
@@ -141,47 +146,57 @@ def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers
             kill_tree(proc.pid)
 
 
-def measure(tmp: Path, peers: sups.Peers, lines: int, runs: int) -> list[Figure]:
-    """The pass-through figures of both mixes: rate against each peer, CPU per million lines."""
-    return [fig for mix in MIXES for fig in _measure_mix(tmp, peers, lines, runs, mix)]
+def measure(tmp: Path, peers: sups.Peers, sizes: list[int], runs: int) -> list[Figure]:
+    """The pass-through figures of both mixes at each size: rate against each peer, CPU per
+    million lines."""
+    return [fig for lines in sizes for mix in MIXES
+            for fig in _measure_mix(tmp, peers, lines, runs, mix)]
 
 
 def _measure_mix(tmp: Path, peers: sups.Peers, lines: int, runs: int, mix: str
                  ) -> list[Figure]:
     src = tmp / f"corpus-{mix}.log"
     n_lines, size = corpus(lines, src, mix)
+    label = f"{mix} mix {lines / 1e6:g}M"
     want = _sha(src)
     secs: dict[str, list[float]] = {t: [] for t in TOOLS}
     cpus: dict[str, list[float]] = {t: [] for t in TOOLS}
     lost: list[str] = []
     for run in range(runs):
         for tool in TOOLS:
-            seconds, cpu, out = one(tool, tmp / f"pass-{mix}-{tool}-{run}", src, size, peers)
+            seconds, cpu, out = one(tool, tmp / f"pass-{mix}-{lines}-{tool}-{run}", src, size,
+                                    peers)
             if _sha(out) != want:
                 lost.append(f"{tool} run {run + 1}: output {out.stat().st_size} B, checksum differs")
             secs[tool].append(seconds)
             cpus[tool].append(cpu)
             out.unlink()
-            print(f"  pass-through {mix} run {run + 1} {tool:<12} {seconds:6.2f} s  "
+            print(f"  pass-through {label} run {run + 1} {tool:<12} {seconds:6.2f} s  "
                   f"cpu {cpu:5.2f} s", file=sys.stderr)
-    note = (f"{mix} mix: {n_lines:,} lines, {size / 1e6:.0f} MB, incl. {LONG_LINES} lines of "
+    src.unlink()
+    note = (f"{label}: {n_lines:,} lines, {size / 1e6:.0f} MB, incl. {LONG_LINES} lines of "
             "1 MiB; " + ("checksums: " + "; ".join(lost) if lost
                          else "every output's SHA-256 = input's"))
     figures = []
     for peer in ("supervisord", "circus", "cat"):
-        target = {"supervisord": ">= 1.0x", "cat": ">= 0.5x"}.get(peer, "")
-        fig = Figure(f"pass-through rate, {mix} mix", "k lines/s", peer, "higher", target,
+        target = {"supervisord": f">= {SUPERVISORD_TARGET:g}x", "cat": ">= 0.5x"}.get(peer, "")
+        fig = Figure(f"pass-through rate, {label}", "k lines/s", peer, "higher", target,
                      guard=[n_lines / s / 1e3 for s in secs["guard"]],
                      peer=[n_lines / s / 1e3 for s in secs[peer]], note=note)
         ratio = fig.ratio()
         if target and ratio is not None:
-            fig.met = ratio >= (1.0 if peer == "supervisord" else 0.5) and not lost
+            fig.met = ratio >= (SUPERVISORD_TARGET if peer == "supervisord" else 0.5) \
+                and not lost
         figures.append(fig)
-    figures.append(Figure(f"pass-through bytes, {mix} mix", "MB/s", "cat", "higher",
+    figures.append(Figure(f"pass-through bytes, {label}", "MB/s", "cat", "higher",
                           guard=[size / s / 1e6 for s in secs["guard"]],
                           peer=[size / s / 1e6 for s in secs["cat"]]))
     for peer in ("supervisord", "circus", "cat"):
-        figures.append(Figure(f"supervisor CPU per 1M lines, {mix} mix", "CPU s", peer, "lower",
-                              guard=[c / n_lines * 1e6 for c in cpus["guard"]],
-                              peer=[c / n_lines * 1e6 for c in cpus[peer]]))
+        fig = Figure(f"supervisor CPU per 1M lines, {label}", "CPU s", peer, "lower",
+                     "guard <= 0.2 CPU s" if peer == "supervisord" else "",
+                     guard=[c / n_lines * 1e6 for c in cpus["guard"]],
+                     peer=[c / n_lines * 1e6 for c in cpus[peer]])
+        if peer == "supervisord":
+            fig.met = statistics.median(fig.guard) <= CPU_TARGET
+        figures.append(fig)
     return figures

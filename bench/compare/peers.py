@@ -33,9 +33,16 @@ def ensure(where: Path | None = None) -> Peers:
         return Peers(python)
     shutil.rmtree(venv, ignore_errors=True)
     print(f"installing supervisor and circus into {venv}", file=sys.stderr)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    "-r", str(REQUIREMENTS)], check=True)
+    wheels = os.environ.get("SGLANG_GUARD_BENCH_WHEELS")
+    if wheels:  # offline (the H200 machine): bench/h200/prepare's wheels, the image's own pip
+        subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                        str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-index",
+                        "--find-links", wheels, "-r", str(REQUIREMENTS)], check=True)
+    else:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(python), "-m", "pip", "install", "--quiet",
+                        "--disable-pip-version-check", "-r", str(REQUIREMENTS)], check=True)
     (venv / ".complete").write_text(digest)
     return Peers(python)
 

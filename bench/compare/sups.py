@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from measure import HERE
+from measure import HERE, free_port
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,19 @@ def _spawn(cmd: Sequence[str], workdir: Path, stdout: Path | None = None) -> sub
 
 
 def start_guard(workdir: Path, child: Sequence[str], *, sglang_args: Sequence[str] = (),
-                restart: dict[str, Any] | None = None) -> subprocess.Popen[bytes]:
+                restart: dict[str, Any] | None = None, status: bool = True
+                ) -> subprocess.Popen[bytes]:
     """`sglang-guard run` with the full default rule pack and the child as `[sglang] launch`.
 
     Readiness comes from SGLang's ready line ([health] enabled = false): the bench's children
-    serve no HTTP. The child's stdout is the guard's stdout: `<workdir>/out.log`.
+    serve no HTTP. The child's stdout is the guard's stdout: `<workdir>/out.log`. The status
+    port is on (as by default) on a free port, or off (`status=False`).
     """
+    listen = f"127.0.0.1:{free_port()}" if status else "off"
     lines = ["[sglang]", f"launch = {json.dumps(list(child))}", "[restart]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in (restart or {}).items()]
-    lines += ["[health]", "enabled = false", "[gpu]", 'sm = "none"']
+    lines += ["[health]", "enabled = false", "[gpu]", 'sm = "none"',
+              "[status]", f"listen = {json.dumps(listen)}"]
     cfg = workdir / "guard.toml"
     cfg.write_text("\n".join(lines) + "\n")
     port = 1  # nothing listens there; the children never bind it

@@ -167,8 +167,11 @@ CASES = (
          "--attention-backend cutlass_mla", "ok", releases=("0.5.18",)),
     case("llama-cuda-graph-max-bs-old", "llama", "90", "drop", "--cuda-graph-max-bs 64", "ok",
          releases=("0.5.18",)),
-    case("llama-kv-fp4-e2m1-old", "llama", "100", "drop", "--kv-cache-dtype fp4_e2m1", "ok",
-         releases=("0.5.18",)),
+    # 0.5.18's parser takes fp4_e2m1, its model load raises on it ("ValueError:
+    # --kv-cache-dtype=fp4_e2m1 is deprecated. Use --kv-cache-dtype=fp4_mx_block16.",
+    # kv_cache_dtype.py:64; seen on this CPU test bed): dropped, SGLang reads its default.
+    case("llama-kv-fp4-e2m1-old", "llama", "100", "drop", "--kv-cache-dtype fp4_e2m1",
+         "remediated", "--kv-cache-dtype", releases=("0.5.18",)),
 )
 BY_ID = {c.id: c for c in CASES}
 
@@ -304,7 +307,9 @@ def test_sglang_reads_what_the_guard_meant(cid: str, results: Results) -> None:
     for f in findings:
         dest = _flag_field(f["flag"], release)
         touched.add(dest)
-        want = "None" if f["action"] == "drop" else str(f["new_value"])
+        spec = load_release(release).options.get(f["flag"])
+        default = spec.default if spec is not None and spec.has_default else None
+        want = str(default) if f["action"] == "drop" else str(f["new_value"])
         assert f["action"] in ("drop", "rewrite"), f"{cid}: unexpected action {f}"
         assert full_out[dest] == want, (
             f"{cid}: the guard {f['action']}s {f['flag']} {f['value']}"

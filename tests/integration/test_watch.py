@@ -92,3 +92,29 @@ def test_reading_a_file_is_not_a_change(watched: tuple[queue.Queue[Event], Path,
     events, cfg, yml = watched
     assert cfg.read_text() and yml.read_bytes()  # what every reload does to these files
     assert _quiet(events)
+
+
+def test_writes_to_other_files_in_the_directory_are_not_even_delivered(
+        watched: tuple[queue.Queue[Event], Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log appended beside the config (kept open, as a redirect is) wakes nothing.
+
+    Every path the handler is told about is recorded; inotify delivers in order, so once
+    the config's own edit has come through, any event for the log would have come before.
+    """
+    events, cfg, _ = watched
+    seen: list[str] = []
+    real = FileWatcher.touched
+    monkeypatch.setattr(FileWatcher, "touched",
+                        lambda self, path: (seen.append(path), real(self, path))[1])
+    log = cfg.with_name("out.log")
+    with log.open("ab", buffering=0) as out:
+        for _ in range(200):
+            out.write(b"x" * 4096 + b"\n")
+        (cfg.with_name("other.txt")).write_text("read me\n")
+        (cfg.with_name("other.txt")).read_text()
+        cfg.write_text("a = 3\n")
+        assert _next(events) == FileChanged(str(cfg), "guard_config")
+        others = [p for p in seen if not p.endswith(("guard.toml", "sglang.yaml"))]
+        # the log's creation and other.txt's create/close come through, never 200 writes
+        assert len(others) <= 4, others
+        assert others.count(str(log.resolve())) <= 1

@@ -26,8 +26,11 @@ from sglang_guard.core.machine import READY_LINE
 from .harness import HEALTH_HOST, HealthServer, Launcher, journal_events, wait_for
 from .procs import free_port
 
-OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
-            "a total capacity of 79.19 GiB of which 1.06 GiB is free.")
+# SGLang's capture wrapper around torch's OOM, as 0.5.23 prints it
+# (tests/data/sglang-messages-0.5.23.toml); its advice names --mem-fraction-static. torch's
+# bare line is advice only since issue 20 (configs/rules/default.toml).
+OOM_LINE = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB. "
+            "GPU 0 has a total capacity of 79.19 GiB of which 1.06 GiB is free.")
 
 
 CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64}

@@ -27,6 +27,14 @@ class _Parser(argparse.ArgumentParser):
         """`-h` still exits (a line SGLang would not launch); it just prints nothing here."""
 
 
+def _checked(convert: Any) -> Any:
+    def check(value: str) -> str:
+        convert(value)  # ValueError: argparse's "invalid int value"
+        return value
+    check.__name__ = convert.__name__
+    return check
+
+
 def _oracle() -> argparse.ArgumentParser:
     """argparse as SGLang builds it (default add_help, abbreviations on), from the JSON dump."""
     data = json.loads(config_path("sglang", "options-0.5.23.json").read_text(encoding="utf-8"))
@@ -37,6 +45,8 @@ def _oracle() -> argparse.ArgumentParser:
             kw.update(action="store_const", const=True)
         else:
             kw.update(nargs=o["nargs"], choices=o["choices"])
+            if o.get("type"):  # argparse's type check; the value stays the string given
+                kw["type"] = _checked({"int": int, "float": float}[o["type"]])
         parser.add_argument(*o["strings"], **kw)
     return parser
 

@@ -40,8 +40,10 @@ TRTLLM_MHA = _span((90, 109), (120, 129))
 
 # --- The oracle: written from SGLang's source, independently of configs/backends.toml. ---
 MLA_ONLY = {"dsa", "flashmla", "trtllm_mla", "cutedsl_mla"}
+# torch_native/flex_attention read the KV pool per head (their forward, no MLA branch): an
+# MLA model dies at its first forward (the H200 record of 0.5.17).
 MHA_ONLY = {"llada2_cfg_flashinfer", "trtllm_mha", "hpc_ops", "minicpm_flashattn",
-            "minicpm_flashinfer"}  # fmt: skip
+            "minicpm_flashinfer", "torch_native", "flex_attention"}  # fmt: skip
 NON_CUDA = {"aiter", "wave", "intel_amx", "ascend", "intel_xpu"}
 # Not in the EAGLE draft backend factory's map (speculative/draft_utils.py:96-113).
 NO_DRAFT = {"torch_native", "flex_attention", "qsa", "llada2_cfg_flashinfer", "hpc_ops",

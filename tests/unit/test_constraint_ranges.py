@@ -1,25 +1,29 @@
 """Every backend constraint's release range is what the releases' own sources say.
 
-tools/constraint_ranges.py wrote `sglang = "..."` on each constraint of configs/backends.toml
-from the wheels; this recomputes it from the cached wheels (tools/fetch-sglang-wheels; CI
-fetches them) and fails on any difference, so a range can never claim a release whose source
-lacks the message.
+tools/constraint_ranges.py wrote `sglang = "..."` (and `said`) on each constraint of
+configs/backends.toml, configs/sglang/constraint-lines.json and model-backends.json from the
+wheels; this recomputes them from the cached wheels (tools/fetch-sglang-wheels; CI fetches
+them) and fails on any difference, so a range can never claim a release whose source lacks
+the evidence (or the message).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglang_guard.core.compat import load_default_table
 from sglang_guard.core.compat_table import load_raw_table
-from sglang_guard.core.msgsearch import holds, parts
+from sglang_guard.core.msgsearch import holds
 from support.sglang import WHEELS_MISSING, missing
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,26 +45,56 @@ def _wheels() -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def sources() -> dict[str, str]:
+def releases() -> list[Any]:
     wheels = _wheels()
     if len(wheels) < len(ranges.releases()):
         missing(WHEELS_MISSING)
-    return {v: ranges.source_text(w) for v, w in wheels.items()}
+    loaded = ranges.load_releases()
+    assert loaded is not None
+    return loaded
 
 
-def test_every_written_range_is_what_the_wheels_say(sources: dict[str, str]) -> None:
-    versions = sorted(sources, key=Version)
-    texts = [sources[v] for v in versions]
+@pytest.fixture(scope="module")
+def sources(releases: list[Any]) -> dict[str, str]:
+    return {r.version: r.text for r in releases}
+
+
+def test_every_written_range_is_what_the_wheels_say(releases: list[Any]) -> None:
+    """`sglang` (behaviour: evidence, else message) and `said` (message) of every constraint,
+    the evidence lines and the model allow-lists are what the wheels give today."""
     doc = tomllib.loads(ranges.TABLE.read_text(encoding="utf-8"))
-    read_from = doc["meta"]["sglang_version"]
+    specs, lines = ranges.derive(doc, releases)
     wrong = []
-    for name, i, message in ranges.constraints(doc):
-        want = (f"=={read_from}" if message is None or not parts(message)
-                else ranges.spec_for([holds(t, message) for t in texts], versions, read_from))
-        have = doc["backends"][name]["constraints"][i].get("sglang")
-        if have != want:
-            wrong.append((name, i, have, want))
+    for name, i, _ in ranges.constraints(doc):
+        have = doc["backends"][name]["constraints"][i]
+        got = {k: have[k] for k in ("sglang", "said") if k in have}
+        if got != specs[(name, i)]:
+            wrong.append((name, i, got, specs[(name, i)]))
     assert wrong == [], "run tools/constraint_ranges.py --write"
+    assert ranges.LINES.read_text(encoding="utf-8") == ranges.dump_lines(lines)
+    assert ranges.MODEL_LISTS.read_text(encoding="utf-8") == ranges.dump_lines(
+        ranges.model_lists(doc, releases))
+    kv4 = json.loads(ranges.KV4.read_text(encoding="utf-8"))
+    assert kv4 == ranges.kv4_runs(doc, releases)
+    assert kv4, "no release's KV4 checks were read"
+
+
+def test_evidence_ranges_cover_every_release_that_has_the_backend(
+        releases: list[Any]) -> None:
+    """The constraints read from behaviour hold on every release whose parser accepts the
+    backend (the H200 record: 0.5.17 died on each of them)."""
+    doc = tomllib.loads(ranges.TABLE.read_text(encoding="utf-8"))
+    by_version = {r.version: r for r in releases}
+    for name, backend in doc["backends"].items():
+        for i, c in enumerate(backend.get("constraints", [])):
+            if "evidence" not in c or name == "intel_xpu":
+                continue
+            spec = SpecifierSet(c["sglang"])
+            missing = [v for v, r in by_version.items()
+                       if name in r.backends and not spec.contains(v, prereleases=True)]
+            assert missing == [], (name, i, missing)
+    xpu = SpecifierSet(doc["backends"]["intel_xpu"]["constraints"][0]["sglang"])
+    assert xpu.contains("0.5.17") and not xpu.contains("0.5.4")
 
 
 def test_every_constraint_states_its_releases() -> None:

@@ -12,14 +12,16 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.logline import clean
+from sglang_guard.core.options import load_option_table
 from sglang_guard.core.releases import known_releases, load_release
+from sglang_guard.core.replay import env_for, replay
 from sglang_guard.core.rules import (
     Fix,
     MatchContext,
     Matcher,
     Rule,
-    burst_fix,
     first_fix,
     load_default_pack,
 )
@@ -450,6 +452,7 @@ def test_real_kv_budget_failure_is_raised_to_what_sglang_names() -> None:
     path = DATA / "sglang-logs" / "llama-mem-fraction-low.log"
     lines = [clean(raw, 4096) for raw in path.read_bytes().splitlines()
              if not raw.startswith(b"# ")]
-    ctx = _ctx({"--mem-fraction-static": "0.01"})
-    fix = burst_fix(MATCHER, lines, ctx)
+    cl = parse_command_line(("--model-path", "/m", "--mem-fraction-static", "0.01"),
+                            load_option_table())
+    fix = replay(lines, env_for(MATCHER, load_option_table(), sglang_version="0.5.23"), cl)
     assert fix is not None and (fix.rule.id, fix.new_value) == ("kv-no-memory-raise-above", "0.048")

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sglang_guard.entry import GUARD_LINE, guard_config_from_env
-from sglang_guard.errors import EXIT_USAGE
+from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_USAGE
+from support.sites import site_with
 
 
 def _launch(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
@@ -35,10 +36,23 @@ def test_bad_policy_in_the_environment_is_one_clear_line() -> None:
 
 
 def test_missing_model_is_one_clear_line(tmp_path: Path) -> None:
-    out = _launch(["--model-path", str(tmp_path / "gone")],
-                  SGLANG_GUARD_STATE_DIR=str(tmp_path / "state"))
+
+    # An interpreter with an SGLang 0.5.23 on its path (without one: exit 69, issue 19).
+    site = site_with(tmp_path, "0.5.23")
+    out = _launch(["--model-path", str(tmp_path / "gone")], PYTHONPATH=str(site),
+                  SGLANG_GUARD_STATE_DIR=str(tmp_path / "state"),
+                  SGLANG_GUARD_STATUS_LISTEN="off")  # no default port
     assert out.returncode == EXIT_USAGE
     assert out.stderr.strip().splitlines()[-1].startswith("sglang-guard: error: model path")
+
+
+def test_no_sglang_for_the_interpreter_is_69_at_once(tmp_path: Path) -> None:
+    out = _launch(["--model-path", str(tmp_path / "gone")], SGLANG_GUARD_PYTHON=sys.executable,
+                  SGLANG_GUARD_STATE_DIR=str(tmp_path / "state"), PYTHONPATH="",
+                  SGLANG_GUARD_STATUS_LISTEN="off")  # no default port
+    assert out.returncode == EXIT_ENVIRONMENT
+    (line,) = out.stderr.strip().splitlines()
+    assert f"{sys.executable} has no SGLang" in line
 
 
 def test_environment_overrides_the_config_file(

@@ -20,11 +20,11 @@ from sglang_guard.core.events import ChildExited, ChildLine, PortChosen, SignalR
 from sglang_guard.core.guardconfig import HealthSection, RestartSection
 from sglang_guard.core.options import load_option_table
 from sglang_guard.core.packcheck import check_pack
+from sglang_guard.core.replay import env_for, replay
 from sglang_guard.core.rules import (
     Fix,
     MatchContext,
     Matcher,
-    burst_fix,
     first_fix,
     load_default_packs,
     parse_pack,
@@ -126,7 +126,8 @@ def test_the_port_check_banner_waits_for_the_line_that_names_the_port() -> None:
     burst = [BANNER, "Traceback (most recent call last):",
              '  File "sglang/srt/server_args.py", line 875, in init_new',
              '    wait_port_available(nccl_port, "nccl_port")', NCCL_WAIT]
-    fix = burst_fix(MATCHER, burst, _ctx({"--nccl-port": "30002"}))
+    cl = parse_command_line(("--model-path", "/m", "--nccl-port", "30002"), OPTIONS)
+    fix = replay(burst, env_for(MATCHER, OPTIONS, sglang_version="0.5.23", arch="mha"), cl)
     assert fix is not None and fix.rule.id == "nccl-port-not-available"
 
 

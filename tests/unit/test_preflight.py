@@ -114,10 +114,30 @@ def test_unknown_backend_name(options: OptionTable, compat: CompatTable) -> None
     assert not any("invalid choice" in w for w in d.warnings)
 
 
-def test_other_parse_problems_are_warnings(options: OptionTable, compat: CompatTable) -> None:
-    d = _run(options, compat, [*BASE, "--enable-dp"])
-    assert any("ambiguous option" in w for w in d.warnings)
-    assert d.verdict == "ok"
+@pytest.mark.parametrize(("extra", "problem"), [
+    (["--enable-dp"], "ambiguous option: --enable-dp could match"),
+    (["--tp-size", "x"], "argument --tp-size/--tensor-parallel-size: invalid int value: 'x'"),
+    (["--mem-fraction-static", "lots"], "invalid float value: 'lots'"),
+    (["--attention-backendd", "triton"], "unrecognized arguments: --attention-backendd triton"),
+    (["--tokenizer-mode", "fast"], "argument --tokenizer-mode: invalid choice: 'fast'"),
+    (["--trust-remote-code=no"], "ignored explicit argument 'no'"),
+])
+def test_other_parse_problems_are_rejected(options: OptionTable, compat: CompatTable,
+                                           extra: list[str], problem: str) -> None:
+    for policy in ("drop", "warn", "rewrite"):  # no policy launches what SGLang rejects
+        d = _run(options, compat, [*BASE, *extra], policy=PolicyConfig(policy))
+        assert d.verdict == "rejected"
+        assert list(d.argv_out) == [*BASE, *extra]
+        (f,) = [f for f in d.findings if f.kind == "parser"]
+        assert f.action == "refuse" and f.flag == extra[0].split("=")[0]
+        assert problem in f.reason and problem in (f.sglang_message or "")
+
+
+def test_unknown_option_names_the_closest(options: OptionTable, compat: CompatTable) -> None:
+    d = _run(options, compat, [*BASE, "--attention-backendd", "triton"])
+    assert "(did you mean --attention-backend?)" in d.findings[0].reason
+    assert d.findings[0].sglang_message == \
+        "error: unrecognized arguments: --attention-backendd triton"
 
 
 def test_a_flag_the_release_renamed_gets_its_new_spelling(options: OptionTable,
@@ -200,3 +220,20 @@ def test_deterministic(options: OptionTable, compat: CompatTable) -> None:
                  yaml_data={"attention-backend": "flashmla", "tp-size": 2}) for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
     assert runs[0].derived_path is not None
+
+
+def test_help_is_rejected_without_an_invented_sglang_message(options: OptionTable,
+                                                              compat: CompatTable) -> None:
+    d = _run(options, compat, [*BASE, "--help"])
+    assert d.verdict == "rejected"
+    assert d.findings[0].flag == "--help" and d.findings[0].sglang_message is None
+
+
+def test_yaml_and_cli_unknowns_are_listed_together_as_argparse_does(
+        options: OptionTable, compat: CompatTable) -> None:
+    d = _run(options, compat, ["--config", "/c.yaml", *BASE, "--nope", "1"],
+             yaml_data={"no-such-key": 3})
+    assert d.verdict == "rejected"
+    assert [f.flag for f in d.findings if f.kind == "parser"] == ["--no-such-key", "--nope"]
+    assert d.findings[0].sglang_message == "error: unrecognized arguments: --no-such-key 3 " \
+                                           "--nope 1"

@@ -30,11 +30,22 @@ from sglang_guard.shell.explain import explain_fix
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "realworld"
 PATHS = sorted(CORPUS.glob("*.toml"))
 ENTRIES: list[dict[str, Any]] = [tomllib.loads(p.read_text(encoding="utf-8")) for p in PATHS]
+# Held apart (issue 20 item 8): real failures from threads the rules were never written
+# against; each records what the guard did with it when it was added (`guard_before`). No
+# rule may be written for them: their score is reported on its own.
+HELD_DIR = CORPUS.parent / "realworld-held"
+HELD: list[dict[str, Any]] = [tomllib.loads(p.read_text(encoding="utf-8"))
+                              for p in sorted(HELD_DIR.glob("*.toml"))]
 KINDS = ("flag", "none", "unconfirmed", "hang")
 CHANGES = ("set", "drop", "raise", "lower")
 PHASES = ("start-up", "running", "unknown")
 NO_FLAG = ("restart", "give_up", "environment")  # environment: exit 69, no flag (issue 12)
-THRESHOLD = 0.9
+THRESHOLD = 0.85
+# How far the thread shows the entry's claim (issue 20 item 7): "confirmed" (the fix was run
+# and worked, a maintainer states it, or a merged change validated it), "reporter" (the
+# reporter's own account, no run shown), "suggested" (proposed, untested, or resting on a
+# title or a PR that did not land). The score counts confirmed entries only.
+CONFIDENCE = ("confirmed", "reporter", "suggested")
 
 
 def _version(text: str) -> str | None:
@@ -85,18 +96,30 @@ def _show(fix: Fix | None) -> str:
 
 
 def _of(kind: str) -> list[dict[str, Any]]:
-    return [e for e in ENTRIES if e["fix"]["kind"] == kind]
+    return _of_kind(ENTRIES, kind)
 
 
-def score() -> tuple[int, int, list[str]]:
-    """(fixed, fixable, what went wrong per missed entry)."""
+def _of_kind(entries: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [e for e in entries if e["fix"]["kind"] == kind]
+
+
+def score(entries: list[dict[str, Any]] | None = None) -> tuple[int, int, list[str]]:
+    """(fixed, fixable, what went wrong per missed entry) over the confirmed flag entries."""
     missed = []
-    for entry in _of("flag"):
+    fixable = [e for e in (_of("flag") if entries is None else entries)
+               if e["fix"]["confidence"] == "confirmed"]
+    for entry in fixable:
         problem = verdict(entry, propose(entry))
         if problem is not None:
             missed.append(f"{entry['id']}: {problem}")
-    fixable = len(_of("flag"))
-    return fixable - len(missed), fixable, missed
+    return len(fixable) - len(missed), len(fixable), missed
+
+
+def names_the_flag(line: str, flag: str) -> bool:
+    """Whether SGLang's own message names `flag` (or its setting: "topk=1" for
+    --speculative-eagle-topk)."""
+    last = flag.rsplit("-", 1)[-1]
+    return flag in line or re.search(rf"\b{re.escape(last)}=", line) is not None
 
 
 # --- the corpus itself ---------------------------------------------------------------------
@@ -107,7 +130,7 @@ def test_the_corpus_is_there() -> None:
     assert len(ENTRIES) >= 40 and len(threads) >= 30
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e["id"])
+@pytest.mark.parametrize("entry", ENTRIES + HELD, ids=lambda e: e["id"])
 def test_entry_schema(entry: dict[str, Any]) -> None:
     assert entry["source"].startswith("https://github.com/")
     assert entry["thread"] and entry["class"] and entry["log_origin"]
@@ -120,6 +143,7 @@ def test_entry_schema(entry: dict[str, Any]) -> None:
     assert entry["fatal"] == "" or any(entry["fatal"] in line for line in text.splitlines())
     fix = entry["fix"]
     assert fix["kind"] in KINDS
+    assert fix["confidence"] in CONFIDENCE and fix["confidence_sentence"].strip()
     if fix["kind"] == "flag":
         assert fix["change"] in CHANGES and fix["flag"].startswith("--") and fix["evidence"]
         if fix["change"] in ("raise", "lower"):
@@ -133,9 +157,44 @@ def test_entry_schema(entry: dict[str, Any]) -> None:
 def test_the_readme_states_the_score() -> None:
     fixed, fixable, _ = score()
     readme = (CORPUS / "README.md").read_text(encoding="utf-8")
-    stated = re.search(r"Score: (\d+)/(\d+)", readme)
+    stated = re.search(r"Score: (\d+)/(\d+) confirmed", readme)
     assert stated is not None and (int(stated[1]), int(stated[2])) == (fixed, fixable)
     assert f"{len(ENTRIES)} entries" in readme
+    top = (CORPUS.parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"{fixed}/{fixable} confirmed" in top
+
+
+def test_held_apart_entries_are_new_threads_with_the_guard_before() -> None:
+    used = {e["source"] for e in ENTRIES}
+    assert HELD and all(e["source"] not in used and e["guard_before"].strip() for e in HELD)
+    fixed, fixable, missed = score(_of_kind(HELD, "flag"))
+    readme = (CORPUS / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"Held apart: (\d+)/(\d+) confirmed \((\d+) entries\)", readme)
+    assert stated is not None, "README states the held-apart score"
+    assert (int(stated[1]), int(stated[2]), int(stated[3])) == (fixed, fixable, len(HELD)), missed
+
+
+@pytest.mark.parametrize("entry", HELD, ids=lambda e: e["id"])
+def test_held_apart_never_gets_a_flag_the_thread_shows_does_not_help(entry: dict[str, Any]
+                                                                     ) -> None:
+    fix = propose(entry)
+    assert fix is None or fix.flag not in entry["fix"].get("wrong", []), _show(fix)
+
+
+def test_a_fix_for_a_class_no_thread_confirms_rests_on_sglangs_own_words() -> None:
+    """Issue 20 item 7: a flag the guard changes for a reporter's or suggested entry is one
+    a confirmed entry also gets from the same rule, or one SGLang's message names; any
+    other proposal would have to be advice (which is never a fix)."""
+    confirmed_rules = {fix.rule.id for e in _of("flag") if e["fix"]["confidence"] == "confirmed"
+                       and (fix := propose(e)) is not None}
+    for entry in ENTRIES:
+        if entry["fix"]["confidence"] == "confirmed":
+            continue
+        fix = propose(entry)
+        if fix is None or fix.flag is None:
+            continue
+        assert fix.rule.id in confirmed_rules or names_the_flag(entry["log"]["text"], fix.flag), (
+            entry["id"], fix.rule.id)
 
 
 # --- explain over every entry -------------------------------------------------------------
@@ -144,9 +203,9 @@ def test_the_readme_states_the_score() -> None:
 def test_score_on_fixable_entries(capsys: pytest.CaptureFixture[str]) -> None:
     fixed, fixable, missed = score()
     with capsys.disabled():
-        print(f"\nrealworld corpus: {fixed}/{fixable} fixable entries get the confirmed fix"
+        print(f"\nrealworld corpus: {fixed}/{fixable} confirmed fixable entries get the fix"
               f" ({fixed / fixable:.0%})" + "".join(f"\n  missed {m}" for m in missed))
-    assert fixable >= 10
+    assert fixable >= 8
     assert fixed / fixable >= THRESHOLD, missed
 
 

@@ -46,8 +46,10 @@ def remote_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path,
 def _check(tmp_path: Path, *sglang: str) -> dict[str, object]:
     res = CliRunner().invoke(main, ["check", "--json", "--gpu-sm", "none",
                                     "--state-dir", str(tmp_path / "state"), "--", *sglang])
-    assert res.exit_code in (0, 1), res.output
+    assert res.exit_code in (0, 1, 2), res.output
     out: dict[str, object] = json.loads(res.stdout)
+    # 2: the release's parser rejects the line (issue 19): `check` says so, `run` never runs it
+    assert (res.exit_code == 2) == (out["verdict"] == "rejected"), out
     return out
 
 
@@ -70,6 +72,7 @@ def test_a_form_sglang_rejects_never_runs_it(tmp_path: Path, remote_model: tuple
     model, marker = remote_model
     out = _check(tmp_path, "--model-path", str(model), *form)
     assert not marker.exists(), "the guard ran remote code SGLang would not run"
+    assert out["verdict"] == "rejected"
     assert out["model"]["attention_arch"] == "unknown"  # type: ignore[index]
     assert any("is not honoured" in w for w in out["warnings"]), out["warnings"]  # type: ignore[attr-defined]
 

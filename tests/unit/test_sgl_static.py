@@ -32,9 +32,14 @@ def _argparse_dump(root: Path, env: dict[str, str] | None = None) -> dict[str, A
     return data
 
 
-def _sorted_choices(table: dict[str, Any], dests: set[str]) -> list[dict[str, Any]]:
+def _sorted_choices(table: dict[str, Any], dests: set[str],
+                    seen: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The options, unordered choice lists sorted; with `seen` (the static table), a default
+    the static reader could not evaluate (and so left out) is left out here too."""
+    static = {tuple(o["strings"]): o for o in (seen or table)["options"]}
     return [
-        {**o, "choices": sorted(o["choices"])} if o["dest"] in dests and o["choices"] else o
+        {k: v for k, v in o.items() if k != "default" or "default" in static[tuple(o["strings"])]}
+        | ({"choices": sorted(o["choices"])} if o["dest"] in dests and o["choices"] else {})
         for o in table["options"]
     ]
 
@@ -44,7 +49,7 @@ def test_fake_release_reads_like_its_own_argparse() -> None:
     live = _argparse_dump(FAKE)
     unordered = set(static["unordered_choices"])
     assert unordered == {"sampling"}
-    assert _sorted_choices(static, unordered) == _sorted_choices(live, unordered)
+    assert _sorted_choices(static, unordered) == _sorted_choices(live, unordered, static)
     assert static["sglang_version"] == live["sglang_version"]
     # The `if` SGLang's module takes only with an env var set is reported, not guessed.
     assert any("FAKE_SGLANG_EXTRA" in n for n in static["notes"])
@@ -101,7 +106,9 @@ def test_0523_wheel_reads_like_the_argparse_dump() -> None:
     static, _ = option_dump(wheel_reader(wheel), "0.5.23")
     dump = json.loads((REPO / "configs/sglang/options-0.5.23.json").read_text())
     unordered = set(static["unordered_choices"])
-    assert _sorted_choices(static, unordered) == _sorted_choices(dump, unordered)
+    assert _sorted_choices(static, unordered) == _sorted_choices(dump, unordered, static)
+    # Where the static reader gives a default at all, it is the parser's (never a guess).
+    assert sum("default" in o for o in static["options"]) > 0.9 * len(static["options"])
 
 
 def _all_wheels() -> bool:
@@ -121,6 +128,8 @@ def test_every_shipped_table_regenerates_from_its_wheel() -> None:
     shipped = REPO / "configs" / "sglang"
     assert sglang_tables.dumps(releases) == (shipped / "releases.json").read_text()
     assert sglang_tables.dumps(renames) == (shipped / "renames.json").read_text()
+    assert sglang_tables.dumps(sglang_tables.spellings(releases)) == (
+        shipped / "spellings.json").read_text()
 
 
 def test_every_rename_cites_the_line_of_its_note() -> None:
@@ -173,4 +182,5 @@ def test_table_equals_the_releases_own_parser_where_it_imports_without_torch(
     assert out.returncode == 0, out.stderr[-2000:]
     live = json.loads(out.stdout)
     every = {o["dest"] for o in live["options"]}
-    assert _sorted_choices(shipped_table(version), every) == _sorted_choices(live, every)
+    shipped = shipped_table(version)
+    assert _sorted_choices(shipped, every) == _sorted_choices(live, every, shipped)

@@ -52,10 +52,51 @@ def test_sgl_kernel_load_report_items_count_in_the_message() -> None:
     assert flags(lines) == [False, False, True, False, True, False]
 
 
-def test_outside_a_traceback_no_line_counts_and_unknown_counts_until_a_record() -> None:
-    assert flags(["ValueError: x", "RuntimeError: y"]) == [False, False]
-    assert flags(["ValueError: x", "RuntimeError: y", f"{TS} ok", "ValueError: z"],
-                 tb.UNKNOWN) == [True, True, False, False]
+def test_outside_tracebacks_and_requests_every_line_is_read() -> None:
+    """Issue 20: C++/CUDA/NCCL lines after SGLang's records, lines after blank lines."""
+    assert flags(["ValueError: x", "RuntimeError: y"]) == [True, True]
+    assert flags(["ValueError: x", "RuntimeError: y", f"{TS} ok", "ValueError: z", "",
+                  "Failed: Cuda error x.cuh:307 'peer access'"], tb.UNKNOWN) == [
+        True, True, False, True, False, True]
+
+
+# A request record cut inside its quote (at the line cap, say): what follows is its text.
+REQUEST = [f"{TS} Receive: obj=GenerateReqInput(rid='a', text='x",
+           "Traceback (most recent call last):", '  File "x.py", line 1',
+           "ValueError: FlashAttention v3 Backend requires SM>=80", "", "RuntimeError: y"]
+
+
+def test_a_request_record_and_its_continuation_are_never_read() -> None:
+    assert flags(REQUEST) == [False] * 6
+    for fmt in ("Receive OpenAI: obj={'x': 'a", "Finish: obj=X(text='\\'), out={}",
+                '{"event": "request.received", "obj": {"text": "a\\"}}'):
+        assert flags([f"{TS} {fmt}", "ValueError: x"]) == [False, False]
+    # The next record ends it; a request record cut so also ends a traceback's frames.
+    assert flags([*REQUEST, f"{TS} ok", "ValueError: x"]) == [False] * 7 + [True]
+    assert flags([REAL[0], REAL[1], REQUEST[0], REAL[4]]) == [False] * 4
+    # A whole request record (all of SGLang's are: repr and JSON escape newlines) is one
+    # line of request text; SGLang's own output goes on after it, a traceback's frames too.
+    whole = f"{TS} Receive: obj=GenerateReqInput(rid='a', text='it\\'s \\nValueError: x')"
+    assert flags([whole, "ValueError: y"]) == [False, True]
+    assert flags([REAL[0], REAL[1], whole, REAL[4]]) == [False, False, False, True]
+
+
+@pytest.mark.parametrize("start", [tb.OTHER, tb.UNKNOWN, tb.REQUEST, tb.TRACEBACK, tb.MESSAGE])
+@pytest.mark.parametrize("lines", [REQUEST, [*REQUEST, f"{TS} ok", "x"], REAL + REQUEST,
+                                   REQUEST + REAL, [REAL[0], REQUEST[0], *REAL[1:]],
+                                   [REQUEST[0], REAL[0], "", "x"]])
+def test_skip_agrees_with_step_around_requests(start: str, lines: list[str]) -> None:
+    block = ("\n".join(lines) + "\n").encode()
+    state = start
+    for line in lines:
+        state, _ = tb.step(state, line)
+    assert tb.skip(start, block) == state
+    for cut in range(1, len(block)):
+        head_end = block.rfind(b"\n", 0, cut) + 1
+        before = start
+        for raw in block[:head_end].splitlines():
+            before, _ = tb.step(before, raw.decode())
+        assert tb.skip(before, block[cut:], block[head_end:cut]) == state, cut
 
 
 @pytest.mark.parametrize("split", [0, 10, 30, 60])

@@ -17,10 +17,12 @@ from sglang_guard.errors import (
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_REMEDIATED,
+    EXIT_USAGE,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
-_VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED}
+_VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED,
+                 "rejected": EXIT_USAGE}
 
 
 def _common(fn: F) -> F:
@@ -82,7 +84,8 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
           args: tuple[str, ...]) -> None:
     """Show what preflight decides for an SGLang command line, without launching.
 
-    Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input.
+    Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input (also: rejected, a
+    command line the release's own parser rejects), 69 --python has no SGLang.
     """
     from sglang_guard.shell.inputs import prepare  # noqa: PLC0415
     from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
@@ -136,7 +139,8 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
 
     Exit status: 0 after SIGTERM/SIGINT (SGLang's whole tree stopped first), 75 when the guard
     gives up (crash loop, a fix that did not hold, busy port), 78 when the policy refuses,
-    2 for bad usage or input.
+    2 for bad usage or input (a command line SGLang's parser rejects: never launched),
+    69 when SGLang's environment is broken (or the interpreter has no SGLang).
     """
     cfg = load_config(config_path, policy, gpu_sm)
 
@@ -188,6 +192,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
         explain_fix,
         explain_log,
         fix_as_dict,
+        lead_with,
         matching_lines,
         render_fix,
     )
@@ -200,6 +205,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     matches = explain_log(logfile, cfg, matcher)  # one streamed pass, bounded memory
     fix = (explain_fix(matching_lines(matches), cfg, argv, sm=gpu_sm, matcher=matcher)
            if with_argv else None)
+    matches = lead_with(matches, fix)  # the line shown first is the one the fix comes from
     if as_json:  # log lines are masked like the guard's own output: a log may carry keys
         doc: dict[str, object] = {"matches": [redact_value(m.as_dict()) for m in matches]}
         if with_argv:

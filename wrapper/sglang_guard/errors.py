@@ -47,6 +47,12 @@ class ModelError(InputError):
     """The model directory or its config.json cannot be read."""
 
 
+class SglangMissing(GuardError):
+    """The interpreter that would run SGLang has none: no launch can start (exit 69)."""
+
+    exit_code = EXIT_ENVIRONMENT
+
+
 class Refused(GuardError):
     """The policy refused to launch this command line."""
 

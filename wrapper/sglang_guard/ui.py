@@ -59,10 +59,13 @@ def render_decision(decision: Decision, inputs: Inputs) -> str:
     for f in decision.findings:
         change = {"drop": "dropped", "rewrite": f"rewritten to {f.new_value}",
                   "refuse": "REFUSED", "warn": "kept (warn)"}[f.action]
-        lines.append(f"finding   {f.flag} {f.value}: {change}")
-        lines.append(f"          why: {f.reason}")
+        if f.kind == "parser":
+            change = "REJECTED by SGLang's parser"
+        what = f.flag if f.value is None else f"{f.flag} {f.value}"
+        lines.append(redact_text(f"finding   {what}: {change}"))
+        lines.append(redact_text(f"          why: {f.reason}"))
         if f.sglang_message:
-            lines.append(f"          SGLang would fail with: {f.sglang_message}")
+            lines.append(redact_text(f"          SGLang would fail with: {f.sglang_message}"))
     if decision.derived_path:
         lines.append(f"derived   {decision.derived_path} (your YAML minus/with the fixed keys; "
                      "`run` writes it, `check` only names it)")

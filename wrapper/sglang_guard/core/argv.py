@@ -210,9 +210,9 @@ def _consume(
     nargs = spec.nargs
     if explicit is not None:
         if nargs == 0:
-            return (), 0, f"argument {spec.canonical}: ignored explicit argument {explicit!r}"
+            return (), 0, f"argument {_name(spec)}: ignored explicit argument {explicit!r}"
         # argparse checks choices on `--flag=value` too (`_get_values` -> `_check_value`).
-        return (explicit,), 0, _bad_choice(spec, (explicit,))
+        return (explicit,), 0, _bad_type(spec, (explicit,)) or _bad_choice(spec, (explicit,))
     following: list[str] = []
     for tok in tokens[start:]:
         if tok == "--" or _is_option(tok, table):
@@ -228,17 +228,54 @@ def _consume(
     else:  # "+", "*", and argparse.REMAINDER-like forms take every value token
         want = len(following)
         if nargs == "+" and want == 0:
-            return (), 0, f"argument {spec.canonical}: expected at least one argument"
+            return (), 0, f"argument {_name(spec)}: expected at least one argument"
     if len(following) < want:
         noun = "one argument" if want == 1 else f"{want} arguments"
-        return (), 0, f"argument {spec.canonical}: expected {noun}"
+        return (), 0, f"argument {_name(spec)}: expected {noun}"
     values = tuple(following[:want])
-    return values, want, _bad_choice(spec, values)
+    return values, want, _bad_type(spec, values) or _bad_choice(spec, values)
+
+
+def _bad_type(spec: OptionSpec, values: tuple[str, ...]) -> str | None:
+    """argparse's `_get_value` (before the choices check): `invalid int value: 'x'`."""
+    if spec.type is None:
+        return None
+    convert = int if spec.type == "int" else float
+    for v in values:
+        try:
+            convert(v)
+        except ValueError:
+            return f"argument {_name(spec)}: invalid {spec.type} value: {v!r}"
+    return None
+
+
+def _name(spec: OptionSpec) -> str:
+    """How argparse names an option in its errors (`_get_action_name`): every spelling."""
+    return "/".join(spec.strings)
 
 
 def _bad_choice(spec: OptionSpec, values: tuple[str, ...]) -> str | None:
+    """argparse's own words (Python 3.11 `_check_value`), naming the option as written first
+    in its add_argument call (argparse joins every spelling with `/`)."""
     bad = [v for v in values if spec.choices is not None and v not in spec.choices]
-    return f"argument {spec.canonical}: invalid choice: {bad[0]!r}" if bad else None
+    if not bad or spec.choices is None:
+        return None
+    choices = ", ".join(repr(c) for c in spec.choices)
+    return f"argument {_name(spec)}: invalid choice: {bad[0]!r} (choose from {choices})"
+
+
+def effective_value(cl: CommandLine, table: OptionTable, dest: str) -> tuple[str | None, bool]:
+    """The value SGLang's parser ends with for `dest`: the last occurrence's, else the
+    release's own default (from its table); and whether it is that default. None: unset and
+    no scalar default known (or the release has no such option)."""
+    occ = cl.last(dest)
+    if occ is not None:
+        return occ.value, False
+    spec = table.get(dest)
+    if spec is None or not spec.has_default or spec.default is None or spec.store_true:
+        return None, False
+    default = spec.default
+    return (str(default).lower() if isinstance(default, bool) else str(default)), True
 
 
 def remote_code_trust(cl: CommandLine) -> tuple[bool, str | None]:

@@ -23,26 +23,62 @@ with no per-line work); a hit sends the chunk's lines to the exact per-line RE2 
 Where the wheel is missing (a platform it does not build for) or the CPU lacks what it
 needs, the whole set is one RE2 set: the same answers, at RE2's speed. `BlockScan.engine`
 and `.why` say which; `sglang-guard run` logs `scan.engine` when any pattern is on RE2.
+
+Compiling a Hyperscan database takes ~0.5 s and leaves ~4.5 MiB in the process; loading a
+serialized one takes milliseconds and ~1.6 MiB. With a `DatabaseStore` set (`use_store`:
+`sglang-guard run` sets shell/scancache.py's), a database is looked up by a digest of
+exactly what it is compiled from (the expressions, their ids, the flags, the Hyperscan
+version, the CPU), compiled only on a miss and then saved; a stored database that does not
+deserialize, or cannot allocate scratch space here, is compiled again as if it were missing.
+With a builder as well, a miss is first handed to it (the shell compiles in a short-lived
+process, so that the compile's heap never stays in the supervisor), then loaded.
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 import re2
 
 from sglang_guard.core.rulepack import RE2_OPTIONS
+from sglang_guard.core.sha import sha256
 
 _hs: Any
 try:  # an optional accelerator: the guard is correct without it
     import hyperscan as _hs
 except ImportError:  # pragma: no cover - the wheel exists for the CI platform
     _hs = None
+
+
+class DatabaseStore(Protocol):
+    """Serialized Hyperscan databases kept between processes, by key (shell/scancache.py)."""
+
+    def load(self, key: str) -> bytes | None:
+        """The bytes saved under `key`, or None (missing or unusable)."""
+
+    def save(self, key: str, blob: bytes) -> None:
+        """Keep `blob` under `key` (failing quietly: a store only saves time)."""
+
+
+_store: DatabaseStore | None = None
+_builder: Callable[[tuple[str, ...]], None] | None = None
+
+
+def use_store(store: DatabaseStore | None,
+              build: Callable[[tuple[str, ...]], None] | None = None) -> None:
+    """Load and save compiled databases through `store` from now on (None: compile each).
+
+    `build(patterns)`, when given, is asked first on a miss: it is to leave the databases of
+    `BlockScan(patterns)` in the store (a failure is not an error: the compile happens here).
+    """
+    global _store, _builder
+    _store, _builder = store, build
+    _compile.cache_clear()
 
 
 def _tokens(pattern: str) -> Iterator[tuple[str, str]]:
@@ -140,8 +176,11 @@ class BlockScan:
         if not self.size:
             return []
         done = self.compile()
-        found: list[int] = [done.rest_ids[first + i] for first, part in done.rest_sets
-                            for i in part.Match(block) or ()]
+        found: list[int] = []
+        if done.rest_sets:
+            text = utf8(block)
+            found += [done.rest_ids[first + i] for first, part in done.rest_sets
+                      for i in part.Match(text) or ()]
         if done.db is None:
             return found
         scratch = getattr(self._local, "scratch", None)
@@ -154,6 +193,19 @@ class BlockScan:
 
         done.db.scan(block, match_event_handler=on_match, scratch=scratch)
         return found
+
+
+def utf8(block: bytes) -> bytes:
+    """`block` as RE2 reads it the way the per-line matcher does: an invalid UTF-8 byte (which
+    RE2 simply fails to match across) becomes U+FFFD, as `logline.clean` decodes it. Costs one
+    `isascii` on the common case; Hyperscan reads bytes and needs none of this."""
+    if block.isascii():
+        return block
+    try:
+        block.decode("utf-8")
+    except UnicodeDecodeError:
+        return block.decode("utf-8", "replace").encode("utf-8")
+    return block
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +236,8 @@ def _compile(patterns: tuple[str, ...], accelerate: bool) -> _Compiled:
     if not isinstance(found, str):
         return _Compiled(found, (), (), None)
     # One pattern it cannot take would put them all on RE2: find which, keep the rest.
-    taken = [i for i in everything if not isinstance(_hyperscan(patterns, [i]), str)]
+    taken = [i for i in everything
+             if not isinstance(_hyperscan(patterns, [i], stored=False), str)]
     db = _hyperscan(patterns, taken) if taken else found
     if isinstance(db, str):
         return _on_re2(patterns, everything, None, f"Hyperscan: {found}")
@@ -193,17 +246,81 @@ def _compile(patterns: tuple[str, ...], accelerate: bool) -> _Compiled:
                    f"{len(rest)} of {len(patterns)} patterns are on RE2 (Hyperscan: {found})")
 
 
-def _hyperscan(patterns: tuple[str, ...], ids: Sequence[int]) -> Any:
-    """A Hyperscan block-mode database of the patterns at `ids`, or why it cannot be had."""
+def _hyperscan(patterns: tuple[str, ...], ids: Sequence[int], *, stored: bool = True) -> Any:
+    """A Hyperscan block-mode database of the patterns at `ids`, or why it cannot be had.
+
+    `stored`: look it up in (and save it to) the process's store, when one is set.
+    """
     expressions = [widen(patterns[i]).encode() for i in ids]
     base = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
+    store = _store if stored else None
+    key = database_key(expressions, ids, base) if store is not None else ""
+    if store is not None:
+        loaded = _load(store, key)
+        if loaded is None and _builder is not None:
+            _builder(patterns)  # builds the whole set's databases elsewhere, then load
+            loaded = _load(store, key)
+        if loaded is not None:
+            return loaded
+    db = _compile_hs(expressions, ids, base)
+    if store is not None and not isinstance(db, str):
+        store.save(key, _hs.dumpb(db))
+    return db
+
+
+def database_key(expressions: Sequence[bytes], ids: Sequence[int], flags: int) -> str:
+    """What a compiled database depends on, as a hex digest: the store's key."""
+    h = sha256(b"sglang-guard hyperscan block db 1\0")
+    for part in (_hs.__version__, str(_hs.HS_MODE_BLOCK), str(flags), _cpu()):
+        h.update(part.encode() + b"\0")
+    for i, expression in zip(ids, expressions, strict=True):
+        h.update(f"{i}:{len(expression)}:".encode() + expression)
+    return h.hexdigest()
+
+
+@lru_cache(maxsize=1)
+def _cpu() -> str:
+    """The CPU's model and feature flags (a database is built for the CPU it is compiled on)."""
+    import platform  # noqa: PLC0415 - only on a store lookup
+    from pathlib import Path  # noqa: PLC0415
+
+    seen: list[str] = [platform.machine()]
+    try:
+        with Path("/proc/cpuinfo").open(encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith(("flags", "model name", "Features")):
+                    seen.append(line.strip())
+                elif not line.strip() and len(seen) > 1:
+                    break  # the first CPU says it
+    except OSError:
+        pass
+    return "\n".join(seen)
+
+
+def _load(store: DatabaseStore, key: str) -> Any:
+    blob = store.load(key)
+    return None if blob is None else _deserialize(blob)
+
+
+def _deserialize(blob: bytes) -> Any:
+    """A stored database that loads and can scan here, or None."""
+    try:
+        db = _hs.loadb(bytes(blob), _hs.HS_MODE_BLOCK)
+        _hs.Scratch(db)  # checks the database against this CPU (HS_DB_PLATFORM_ERROR)
+    except (_hs.HyperscanError, TypeError, ValueError):
+        return None
+    return db
+
+
+def _compile_hs(expressions: Sequence[bytes], ids: Sequence[int], base: int) -> Any:
     error = "no pattern"
     # A pattern that can match the empty string needs ALLOWEMPTY (it then hits every block,
     # still a superset); the set without it scans faster, so that is tried first.
     for flags in (base, base | _hs.HS_FLAG_ALLOWEMPTY):
         try:
             db = _hs.Database(mode=_hs.HS_MODE_BLOCK)
-            db.compile(expressions=expressions, ids=list(ids), flags=[flags] * len(expressions))
+            db.compile(expressions=list(expressions), ids=list(ids),
+                       flags=[flags] * len(expressions))
         except _hs.HyperscanError as exc:  # a pattern it cannot take, or a CPU it cannot run on
             error = str(exc) or type(exc).__name__
             continue

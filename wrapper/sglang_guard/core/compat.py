@@ -12,6 +12,7 @@ from sglang_guard.core.compat_table import (
     Backend,
     CompatTable,
     Constraint,
+    Kv4,
     Preference,
     load_default_table,
     parse_table,
@@ -28,6 +29,7 @@ __all__ = [
     "Problem",
     "best_fit",
     "check_backend",
+    "check_kv4",
     "load_default_table",
     "parse_table",
 ]
@@ -49,7 +51,8 @@ _ROLE_TEXT = {"prefill": "the prefill backend", "draft": "a speculative draft ba
 _DRAFT_FALLBACK = "flashinfer"
 
 ProblemKind = Literal[
-    "unknown_backend", "arch", "gpu", "role", "platform", "kv_cache_dtype", "deprecated"
+    "unknown_backend", "arch", "gpu", "role", "platform", "kv_cache_dtype", "deprecated",
+    "model_field", "model",
 ]
 
 
@@ -105,9 +108,14 @@ def _violation(
     arch: str,
     sm: int | None,
     kv: str | None,
+    fields: frozenset[str] | None = None,
 ) -> str | None:
     """The reason `rule` fails for these facts, or None when it holds or cannot be judged."""
     name = backend.name
+    if rule.kind == "model_field":
+        if fields is None or rule.field in fields:
+            return None
+        return f"{name} needs a model whose config has {rule.field}; this one has none"
     if rule.kind == "role":
         verb = "cannot be" if rule.fatal else "is only partly supported as"
         note = f" ({rule.note})" if rule.note else ""
@@ -151,6 +159,7 @@ def _constraint_problems(
     arch: str,
     sm: int | None,
     kv: str | None,
+    fields: frozenset[str] | None,
 ) -> list[Problem]:
     slot = _SLOT_OF_FLAG[flag]
     found: dict[str, tuple[Constraint, str]] = {}
@@ -161,13 +170,18 @@ def _constraint_problems(
         no_gpu = Constraint(kind="platform", phase="build", source="", platform="cuda")
         found["platform"] = (no_gpu, f"{backend.name} needs an NVIDIA GPU; this host has none")
         found["gpu"] = (no_gpu, "")  # the SM rules say nothing more
-    for rule in backend.constraints:
+    # A check the release's source does not confirm comes after those it does: it must not
+    # hide a confirmed check of the same kind.
+    for rule in sorted(backend.constraints, key=lambda c: c.unconfirmed):
         if slot not in rule.slots or rule.kind in found:
             continue  # SGLang stops at the first failure of each check
         if arch == "ssm" and rule.phase in table.ssm_skips_phases:
             continue  # a pure SSM model never builds the attention backend
-        reason = _violation(backend, rule, slot, arch=arch, sm=sm, kv=kv)
+        reason = _violation(backend, rule, slot, arch=arch, sm=sm, kv=kv, fields=fields)
         if reason is not None:
+            if rule.unconfirmed:
+                reason += (f" (seen in SGLang {rule.sglang}, not confirmed in "
+                           f"{table.sglang_version}'s source: a warning only)")
             found[rule.kind] = (rule, reason)
     # Argument checks run in the launcher before any backend is built: list what SGLang
     # would hit first, first.
@@ -181,12 +195,21 @@ def _constraint_problems(
             sglang_message=_fill(
                 rule.message, value=value, sm=sm, kv_cache_dtype=kv, fallback=_DRAFT_FALLBACK
             ),
-            source=f"{rule.source} ({table.sglang_version})" if rule.source else None,
+            source=_source(table, rule),
             fatal=rule.fatal,
         )
         for rule, reason in ordered
         if reason
     ]
+
+
+def _source(table: CompatTable, rule: Constraint) -> str | None:
+    """Where the check is: the running release's own line, or where it was read."""
+    if not rule.source:
+        return None
+    if rule.unconfirmed:
+        return f"{rule.source} (SGLang {rule.sglang})"
+    return f"{rule.source} ({table.sglang_version})"
 
 
 def _deprecation(
@@ -232,12 +255,16 @@ def check_backend(
     arch: str,
     sm: int | None,
     kv_cache_dtype: str | None = None,
+    model_fields: frozenset[str] | None = None,
+    architecture: str | None = None,
 ) -> tuple[Problem, ...]:
     """Every problem SGLang would have with `flag value`, the ones it meets first first.
 
     `arch` is the attention arch of the model the flag serves (the draft model's for the
     draft flag); "unknown" skips the arch checks. `sm` None skips the GPU and platform
-    checks; 0 means the host has no NVIDIA GPU (SGLang's own convention).
+    checks; 0 means the host has no NVIDIA GPU (SGLang's own convention). `model_fields`:
+    which of the config fields the table asks about the model has (None: not read).
+    `architecture`: the model's architectures[0], for the model allow-lists.
     """
     slot = _validate_inputs(flag, arch)
     backend = table.backend(value)
@@ -268,8 +295,106 @@ def check_backend(
         target = table.backend(canonical)
         assert target is not None  # noqa: S101 -- the parser checks alias targets exist
         backend = target
-    problems += _constraint_problems(table, backend, flag, value, arch=arch, sm=sm, kv=kv)
+    problems += _model_list_problems(table, flag, value, slot, architecture)
+    problems += _constraint_problems(table, backend, flag, value, arch=arch, sm=sm, kv=kv,
+                                     fields=model_fields)
     return tuple(problems)
+
+
+def _model_list_problems(table: CompatTable, flag: str, value: str, slot: str,
+                         architecture: str | None) -> list[Problem]:
+    """A model whose SGLang argument phase takes only some backends (GptOssForCausalLM)."""
+    if architecture is None or slot == "draft":
+        return []
+    out = []
+    for entry in table.model_lists:
+        if entry.architecture != architecture or value in entry.allowed \
+                or slot not in entry.slots:
+            continue
+        allowed = ", ".join(entry.allowed)
+        out.append(Problem(
+            flag=flag, value=value, kind="model",
+            reason=f"SGLang {table.sglang_version} runs {architecture} only on {allowed}",
+            sglang_message=_fill(entry.message, supported_backends=list(entry.allowed)),
+            source=f"{entry.source} ({table.sglang_version})", fatal=True))
+    return out
+
+
+def check_kv4(table: CompatTable, *, kv: str | None, arch: str, sm: int | None,
+              backends: dict[str, str | None]) -> tuple[Problem, ...]:
+    """SGLang's FP4 KV cache checks for this command line (its handle_kv4_compatibility).
+
+    `backends`: the values of BACKEND_FLAGS on the command line (None: absent). The backend
+    list is checked only where SGLang's own test is sure to see one backend on both sides:
+    --attention-backend given, neither split flag, and not fa4.
+    """
+    rules = table.kv4
+    if rules is None or kv is None or kv not in rules.dtypes:
+        return ()
+    release = table.sglang_version
+    out: list[Problem] = []
+    if (rules.sm_source and kv == rules.sm_dtype and sm is not None and sm != 0
+            and not _in(sm, rules.sms)):
+        out.append(Problem(
+            flag="--kv-cache-dtype", value=kv, kind="gpu",
+            reason=f"--kv-cache-dtype {kv} needs {_sm_text(rules.sms)}; this GPU is SM{sm}",
+            sglang_message=rules.sm_message, source=f"{rules.sm_source} ({release})",
+            fatal=True))
+    if out:
+        return tuple(out)  # the dtype goes: what follows is moot
+    if kv == rules.sm_dtype and rules.prefill_backends:
+        # SGLang resolves NVFP4's prefill and decode backends itself (then split: the
+        # KV4 lists below only warn there).
+        return tuple(_nvfp4_prefill(rules, release, sm, backends))
+    value = backends.get("--attention-backend")
+    split = backends.get("--prefill-attention-backend") or backends.get(
+        "--decode-attention-backend")
+    if value is None or split or value == "fa4" or arch not in ("mla", "mha"):
+        return tuple(out)
+    for list_arch, names, source in rules.lists:
+        if list_arch != arch or value in names:
+            continue
+        message = dict(rules.messages).get(arch)
+        out.append(Problem(
+            flag="--attention-backend", value=value, kind="kv_cache_dtype",
+            reason=(f"with --kv-cache-dtype {kv}, SGLang {release} takes only "
+                    f"{', '.join(names)} for {_ARCH_TEXT[arch]} models"),
+            sglang_message=_fill(message, choices=list(names), value=value),
+            source=f"{source} ({release})", fatal=True))
+    return tuple(out)
+
+
+def _nvfp4_prefill(rules: Kv4, release: str, sm: int | None,
+                   backends: dict[str, str | None]) -> list[Problem]:
+    """handle_nvfp4_prefill_kv_dequant_dtype: the explicit prefill (else attention) backend
+    must give a dequant dtype; native NVFP4 prefill needs SM10x; decode must be trtllm_mha."""
+    by_backend = {b: d for d, b in rules.prefill_backends}
+    sources, messages = dict(rules.prefill_sources), dict(rules.prefill_messages)
+    out: list[Problem] = []
+
+    def problem(flag: str, value: str, key: str, reason: str) -> Problem:
+        return Problem(flag=flag, value=value, kind="kv_cache_dtype", reason=reason,
+                       sglang_message=messages.get(key), source=f"{sources[key]} ({release})",
+                       fatal=True)
+
+    flag = ("--prefill-attention-backend" if backends.get("--prefill-attention-backend")
+            else "--attention-backend")
+    explicit = backends.get(flag)
+    if explicit is not None:
+        dtype = by_backend.get(explicit)
+        if dtype is None:
+            out.append(problem(flag, explicit, "neither", (
+                f"with --kv-cache-dtype nvfp4, SGLang {release} prefills only on "
+                f"{' or '.join(by_backend)} (an FP8 workspace or native NVFP4)")))
+        elif dtype == "nvfp4" and sm is not None and sm != 0 and not 100 <= sm <= 109:
+            out.append(problem(flag, explicit, "sm100", (
+                f"{explicit} prefills NVFP4 natively, which SGLang {release} runs on SM100 "
+                f"only; this GPU is SM{sm}")))
+    decode = backends.get("--decode-attention-backend")
+    if decode is not None and decode != "trtllm_mha":
+        out.append(problem("--decode-attention-backend", decode, "decode", (
+            f"with --kv-cache-dtype nvfp4, SGLang {release} decodes on trtllm_mha only")))
+    return out
 
 
 def _preference(table: CompatTable, arch: str, sm: int | None) -> Preference | None:

@@ -5,8 +5,10 @@ Checking a flag against it is `core/compat.py`; this module only reads and valid
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
@@ -23,7 +25,7 @@ PHASE_ORDER = {"args": 0, "build": 1, "worker": 2, "kernel": 3}
 
 ARCHS: tuple[str, ...] = ("mla", "mha", "ssm", "unknown")
 _SLOTS = ("attention", "prefill", "decode", "draft")
-_KINDS = ("arch", "gpu", "role", "platform", "kv_cache_dtype")
+_KINDS = ("arch", "gpu", "role", "platform", "kv_cache_dtype", "model_field")
 _PLATFORMS = ("any", "cuda", "rocm", "npu", "cpu", "xpu")
 Ranges = tuple[tuple[int, int], ...]
 
@@ -44,8 +46,23 @@ class Constraint:
     allowed: tuple[str, ...] = ()
     denied: tuple[str, ...] = ()
     platform: str | None = None
-    # The releases whose own source holds this check (PEP 440; tools/constraint_ranges.py).
+    field: str | None = None  # model_field: the config.json field the model must have
+    # The releases whose code behaves so (PEP 440; tools/constraint_ranges.py): where the
+    # constraint cites `evidence` (the code that makes the combination fail), the releases
+    # whose source holds it; else the releases whose source holds the message.
     sglang: str = ""
+    # The releases whose source holds `message` (log matching, the text a finding quotes);
+    # "" when it is `sglang`.
+    said: str = ""
+    # True on a release outside `sglang` that has no newer form of the check: what it does
+    # is not known, so the check warns (never drops, rewrites or refuses).
+    unconfirmed: bool = False
+    key: str = ""  # "backend[index]" in configs/backends.toml (the evidence lines' key)
+    # The code texts its evidence has (every one must be in a release's source), and whether
+    # it also names text the source must lack (which a joined source cannot confirm).
+    evidence: tuple[str, ...] = ()
+    evidence_lacks: bool = False
+    message_by: str | None = None  # "python" | "kernel": not SGLang's own text
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +92,35 @@ class Backend:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelList:
+    """A model whose SGLang argument phase takes only the listed backends (per release)."""
+
+    architecture: str
+    message: str
+    allowed: tuple[str, ...] = ()
+    source: str = ""
+    slots: tuple[str, ...] = ()  # the flags SGLang checks against the list
+
+
+@dataclass(frozen=True, slots=True)
+class Kv4:
+    """SGLang's FP4 KV cache checks (handle_kv4_compatibility) as one release has them."""
+
+    sm_message: str
+    sm_dtype: str
+    sms: Ranges
+    messages: tuple[tuple[str, str], ...]  # (arch, message template)
+    dtypes: tuple[str, ...] = ()  # the KV dtypes the checks are for in the release
+    sm_source: str | None = None  # None: the release has no SM check
+    lists: tuple[tuple[str, tuple[str, ...], str], ...] = ()  # (arch, backends, source)
+    # NVFP4 prefill resolution (0.5.21 on): message templates from the spec, and per
+    # release the prefill backend of each dequant dtype and the file:line of each refusal.
+    prefill_messages: tuple[tuple[str, str], ...] = ()  # (neither | sm100 | decode, text)
+    prefill_backends: tuple[tuple[str, str], ...] = ()  # (dequant dtype, prefill backend)
+    prefill_sources: tuple[tuple[str, str], ...] = ()  # (neither | sm100 | decode, cite)
+
+
+@dataclass(frozen=True, slots=True)
 class Preference:
     """Ordered replacement candidates for some archs on some GPUs."""
 
@@ -98,6 +144,10 @@ class CompatTable:
     unknown_source: str
     unknown_draft_message: str
     unknown_draft_source: str
+    # As written: the models with allow-lists; for a release, each with that release's list
+    # (configs/sglang/model-backends.json), and only where that release has one.
+    model_lists: tuple[ModelList, ...] = ()
+    kv4: Kv4 | None = None  # as written: the spec; for a release: its checks (or None)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -119,8 +169,8 @@ class CompatTable:
         if release is None:
             return self
         version = Version(release)
-        keep = [replace(b, constraints=tuple(c for c in b.constraints
-                                              if _holds(c.sglang, version)))
+        lines = evidence_lines()
+        keep = [replace(b, constraints=_constraints_for(b.constraints, release, version, lines))
                 for b in self.backends if _holds(b.sglang, version)]
         if names is not None:
             known = {b.name for b in keep}
@@ -133,11 +183,103 @@ class CompatTable:
         prefs = tuple(replace(p, candidates=tuple(c for c in p.candidates
                                                   if any(b.name == c for b in keep)))
                       for p in self.preferences)
-        return replace(self, sglang_version=release, backends=tuple(keep), preferences=prefs)
+        lists = model_backend_lists()
+        models = tuple(
+            replace(m, allowed=tuple(run[2]), source=run[3], slots=tuple(run[4]))
+            for m in self.model_lists
+            for run in lists.get(m.architecture, ())
+            if Version(run[0]) <= version <= Version(run[1]))
+        return replace(self, sglang_version=release, backends=tuple(keep), preferences=prefs,
+                       model_lists=models, kv4=_kv4_for(self.kv4, version))
 
 
 def _holds(spec: str, version: Version) -> bool:
     return not spec or SpecifierSet(spec).contains(version, prereleases=True)
+
+
+def _same_check(a: Constraint, b: Constraint) -> bool:
+    """Two forms of one check (a release's rewording or widening of the other)."""
+    return (a.kind == b.kind and bool(set(a.slots) & set(b.slots))
+            and (a.kind != "gpu" or set(a.archs) == set(b.archs)))
+
+
+def _constraints_for(rules: tuple[Constraint, ...], release: str, version: Version,
+                     lines: dict[str, list[list[str]]]) -> tuple[Constraint, ...]:
+    """The constraints as they hold for `release`.
+
+    In its range a constraint acts, citing the release's own line where the evidence lines
+    know it, and quoting its message only where that release's source holds it. Outside its
+    range, a newer (or older) form of the same check that holds for the release replaces it;
+    with none, the release's behaviour is not known and the check warns, saying so.
+    """
+    out = []
+    for c in rules:
+        if _holds(c.sglang, version):
+            source = _cite(lines.get(c.key, ()), version) or c.source
+            said = c.message if c.message and _holds(c.said, version) else None
+            out.append(replace(c, source=source, message=said))
+        elif not any(_same_check(c, o) and _holds(o.sglang, version) for o in rules if o is not c):
+            out.append(replace(c, fatal=False, unconfirmed=True, message=None))
+    return tuple(out)
+
+
+def _cite(runs: Iterable[list[str]], version: Version) -> str | None:
+    """The file:line of the run [first, last, cite] that holds `version`."""
+    for first, last, cite in runs:
+        if Version(first) <= version <= Version(last):
+            return cite
+    return None
+
+
+def _kv4_for(spec: Kv4 | None, version: Version) -> Kv4 | None:
+    """The release's KV4 checks (configs/sglang/kv4.json), or None where it has none."""
+    if spec is None:
+        return None
+    for first, last, found in _json_config("kv4.json", []):
+        if Version(first) <= version <= Version(last):
+            prefill = found.get("nvfp4_prefill") or {}
+            return replace(spec, dtypes=tuple(found["dtypes"]), sm_source=found.get("sm"),
+                           lists=tuple((arch, tuple(names), src)
+                                       for arch, (names, src) in found["lists"].items()),
+                           prefill_backends=tuple(prefill.get("backends", {}).items()),
+                           prefill_sources=tuple((k, prefill[k]) for k in
+                                                 ("neither", "sm100", "decode") if k in prefill))
+    return None
+
+
+_JSON: dict[str, Any] = {}
+
+
+def _json_config(name: str, empty: Any) -> Any:
+    """configs/sglang/NAME (tools/constraint_ranges.py), read once; `empty` when absent."""
+    if name not in _JSON:
+        path = config_path("sglang", name)
+        _JSON[name] = json.loads(path.read_text(encoding="utf-8")) if path.exists() else empty
+    return _JSON[name]
+
+
+_LISTS: list[dict[str, list[list[Any]]]] = []
+
+
+def model_backend_lists() -> dict[str, list[list[Any]]]:
+    """configs/sglang/model-backends.json (tools/constraint_ranges.py): per architecture,
+    runs of releases [first, last, [backend, ...], "file:line", [slot, ...]] alike."""
+    if not _LISTS:
+        path = config_path("sglang", "model-backends.json")
+        _LISTS.append(json.loads(path.read_text(encoding="utf-8")) if path.exists() else {})
+    return _LISTS[0]
+
+
+_LINES: list[dict[str, list[list[str]]]] = []
+
+
+def evidence_lines() -> dict[str, list[list[str]]]:
+    """configs/sglang/constraint-lines.json (tools/constraint_ranges.py): per constraint key,
+    runs of releases [first, last, "file:line"] where its evidence is found."""
+    if not _LINES:
+        path = config_path("sglang", "constraint-lines.json")
+        _LINES.append(json.loads(path.read_text(encoding="utf-8")) if path.exists() else {})
+    return _LINES[0]
 
 
 # ------------------------------------------------------------------ parsing
@@ -160,7 +302,7 @@ def _ranges(t: Table, key: str) -> Ranges:
     return tuple(out)
 
 
-def _constraint(t: Table) -> Constraint:
+def _constraint(t: Table, key: str) -> Constraint:
     kind = t.choice("kind", _KINDS)
     c = Constraint(
         kind=kind,
@@ -175,7 +317,13 @@ def _constraint(t: Table) -> Constraint:
         allowed=t.strings("allowed") or (),
         denied=t.strings("denied") or (),
         platform=t.choice("platform", _PLATFORMS) if kind == "platform" else None,
+        field=t.must("field") if kind == "model_field" else None,
         sglang=_specifier(t, "sglang"),
+        said=_specifier(t, "said"),
+        key=key,
+        evidence=tuple(str(e["has"]) for e in t.data.get("evidence", []) if "has" in e),
+        evidence_lacks=any("lacks" in e for e in t.data.get("evidence", [])),
+        message_by=t.text("message_by"),
     )
     if kind == "gpu" and not c.sms:
         raise t.fail("sms", "missing")
@@ -193,7 +341,7 @@ def _specifier(t: Table, key: str) -> str:
     return spec
 
 
-def _backend(t: Table, name: str) -> Backend:
+def _backend(t: Table, name: str, key: str) -> Backend:
     rules = t.get("constraints", list, required=True)
     alias = None
     if "alias_of" in t.data:
@@ -209,7 +357,7 @@ def _backend(t: Table, name: str) -> Backend:
         name=name,
         summary=t.must("summary"),
         platform=t.choice("platform", _PLATFORMS),
-        constraints=tuple(_constraint(t.child(f"{t.at}.constraints[{i}]", c))
+        constraints=tuple(_constraint(t.child(f"{t.at}.constraints[{i}]", c), f"{key}[{i}]")
                           for i, c in enumerate(rules)),
         models=t.text("models"),
         fill_prefill=t.text("fill_prefill"),
@@ -269,11 +417,13 @@ def parse_table(text: str, path: str) -> CompatTable:
     unknown = meta.table("unknown_backend", required=True)
     backends = root.table("backends", required=True)
     prefs = root.get("rewrite_preference", list, required=True)
+    lists = root.get("model_backends", list) or []
+    kv4 = root.table("kv4") if "kv4" in root.data else None
     table = CompatTable(
         sglang_version=meta.must("sglang_version"),
         sources=meta.strings("sources", required=True) or (),
         # "name@0.5.22": another release's entry for the same name (see `sglang`).
-        backends=tuple(_backend(root.child(f"backends.{key}", t), key.split("@", 1)[0])
+        backends=tuple(_backend(root.child(f"backends.{key}", t), key.split("@", 1)[0], key)
                        for key, t in backends.data.items()),
         preferences=tuple(
             _preference_entry(root.child(f"rewrite_preference[{i}]", t))
@@ -284,6 +434,15 @@ def parse_table(text: str, path: str) -> CompatTable:
         unknown_source=unknown.must("source"),
         unknown_draft_message=unknown.must("draft_message"),
         unknown_draft_source=unknown.must("draft_source"),
+        model_lists=tuple(
+            ModelList(architecture=m.must("architecture"), message=m.must("message"))
+            for m in (root.child(f"model_backends[{i}]", t) for i, t in enumerate(lists))),
+        kv4=None if kv4 is None else Kv4(
+            sm_message=kv4.must("sm_message"), sm_dtype=kv4.must("sm_dtype"),
+            sms=_ranges(kv4, "sms"),
+            messages=(("mla", kv4.must("mla_message")), ("mha", kv4.must("mha_message"))),
+            prefill_messages=tuple((k, kv4.must(f"prefill_{k}"))
+                                   for k in ("neither", "sm100", "decode"))),
     )
     _cross_check(root, table)
     return table
@@ -320,7 +479,12 @@ def confirmed_only(table: CompatTable, source: str | None) -> tuple[CompatTable,
         kept = []
         for c in b.constraints:
             total += 1
-            ok = source is not None and c.message is not None and holds(source, c.message)
+            said = c.message is not None and c.message_by is None
+            # The code that makes the line fail is still there (and nothing is asked absent).
+            coded = bool(c.evidence) and not c.evidence_lacks
+            ok = source is not None and (
+                (said and holds(source, c.message or ""))
+                or (coded and all(e in source for e in c.evidence)))
             confirmed += ok
             kept.append(c if ok else replace(c, fatal=False))
         backends.append(replace(b, constraints=tuple(kept)))

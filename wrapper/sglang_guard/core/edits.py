@@ -7,13 +7,13 @@ written) and `--config` is pointed at that copy.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from sglang_guard.core.argv import CONFIG_FLAG, CommandLine
 from sglang_guard.core.options import OptionSpec, OptionTable
+from sglang_guard.core.sha import sha256
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,10 @@ class Edit:
     dest: str
     kind: Literal["drop", "set"]
     value: str | None = None
+    # A drop of an option the release does not have (no dest): its argv tokens
+    # (start, count), or its key in the `--config` YAML.
+    span: tuple[int, int] | None = None
+    yaml_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +47,7 @@ def dump_yaml(data: Mapping[str, Any]) -> str:
 
 def derived_path_for(data: Mapping[str, Any], derived_dir: str) -> str:
     """A path named by the content's hash: the same edit gives the same path on every node."""
-    digest = hashlib.sha256(dump_yaml(data).encode()).hexdigest()[:12]
+    digest = sha256(dump_yaml(data).encode()).hexdigest()[:12]
     return f"{derived_dir.rstrip('/')}/sglang-config-{digest}.yaml"
 
 
@@ -54,7 +58,9 @@ def _writer(table: OptionTable, edit: Edit) -> OptionSpec:
     `cuda_graph_backend_prefill` with three value-less aliases (`--disable-piecewise-cuda-graph`,
     ...; server_args.py:8797-8820), and the table's own pick for the dest is the last of them.
     """
-    spec = table.by_dest[edit.dest]
+    spec = table.get(edit.dest)
+    if spec is None:
+        raise ValueError(f"SGLang {table.sglang_version} has no option storing {edit.dest!r}")
     if edit.value is not None and not spec.takes_value:
         spec = next((o for o in table.options if o.dest == edit.dest and o.takes_value), spec)
     return spec
@@ -71,6 +77,14 @@ def apply_edits(
     yaml_data = dict(cl.yaml_data) if cl.yaml_data is not None else None
     yaml_changed = False
     for edit in edits:
+        if edit.span is not None or edit.yaml_key is not None:  # an option the release lacks
+            if edit.span is not None:
+                remove.update(range(edit.span[0], edit.span[0] + edit.span[1]))
+            if edit.yaml_key is not None and yaml_data is not None \
+                    and edit.yaml_key in yaml_data:
+                del yaml_data[edit.yaml_key]
+                yaml_changed = True
+            continue
         occs = [o for o in cl.occurrences if o.spec is not None and o.spec.dest == edit.dest]
         if edit.kind == "drop":
             for occ in occs:

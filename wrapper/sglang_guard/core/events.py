@@ -27,6 +27,9 @@ class ChildLine:
     # Whether an exception-shaped line ends a traceback (core/tracebacks.py): False, it is
     # no error output; None, not known (a line from elsewhere than a child's pipe).
     ends_traceback: bool | None = None
+    # The exception line that ends a traceback (not any line read): a crash's own line, the
+    # one two launches are compared by (core/machine.py, give_up_on_repeat).
+    exception: bool = False
 
 
 @dataclass(frozen=True, slots=True)

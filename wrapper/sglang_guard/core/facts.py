@@ -9,6 +9,12 @@ AttentionArch = Literal["mla", "mha", "ssm", "unknown"]
 ATTENTION_ARCHS: tuple[AttentionArch, ...] = ("mla", "mha", "ssm", "unknown")
 
 
+# The config.json fields a backend needs (configs/backends.toml, kind model_field):
+# dual_chunk_flash_attn reads dual_chunk_attention_config, dsa needs index_topk (a DSA
+# checkpoint: is_deepseek_dsa, configs/model_config.py).
+CONFIG_FIELDS = ("dual_chunk_attention_config", "index_topk")
+
+
 @dataclass(frozen=True, slots=True)
 class ModelShape:
     """The config.json numbers the size checks read (SGLang's hf_text_config), None when absent."""
@@ -22,6 +28,9 @@ class ModelShape:
     context_length: int | None = None
     quant_method: str | None = None  # quantization_config.quant_method, lower-cased
     weight_block_size: tuple[int, int] | None = None  # quantization_config.weight_block_size
+    # Which of CONFIG_FIELDS the config has, not null (backends that need one: the backend
+    # table's model_field checks); None: not read.
+    config_fields: tuple[str, ...] | None = None
 
     def as_dict(self) -> dict[str, object]:
         """The JSON shape (facts cache, `check --json`)."""
@@ -32,9 +41,14 @@ class ModelShape:
         """The inverse of as_dict (None stays None)."""
         if data is None:
             return None
+        known = {f.name for f in fields(cls)}
+        data = {k: v for k, v in data.items() if k in known}  # another guard's cache entry
         block = data.get("weight_block_size")
+        present = data.get("config_fields")
         return cls(**{**data, "weight_block_size":  # type: ignore[arg-type]
-                      tuple(block) if isinstance(block, list | tuple) else None})
+                      tuple(block) if isinstance(block, list | tuple) else None,
+                      "config_fields": tuple(present) if isinstance(present, list | tuple)
+                      else None})
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ decision for the whole group (`core/machine.py`, events `PeerLine` and `PeerDown
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -20,6 +19,7 @@ from sglang_guard.core.edits import Edit, apply_edits, derived_path_for
 from sglang_guard.core.events import Event, GroupExit, GroupReady, GroupRelaunch
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.redact import is_secret_dest
+from sglang_guard.core.sha import sha256
 from sglang_guard.errors import EXIT_LEADER_LOST, InputError
 
 # Options that differ between the nodes of one group by nature: the rank, and the HTTP
@@ -114,7 +114,7 @@ class Digest:
 
 
 def _short(value: str) -> str:
-    return hashlib.sha256(value.encode()).hexdigest()[:12]
+    return sha256(value.encode()).hexdigest()[:12]
 
 
 def node_flags(cl: CommandLine) -> dict[str, str | None]:

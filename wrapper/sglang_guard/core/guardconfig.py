@@ -60,6 +60,9 @@ class RestartSection:
     stable_after_s: float = 300.0  # a run this long resets the backoff
     stop_grace_s: float = 20.0  # SIGTERM -> SIGKILL
     ready_timeout_s: float = 3600.0  # no readiness within this: restart
+    # Two launches of the same command line that end with the same exception line (numbers
+    # and addresses masked): nothing a third launch can change, give up (issue 19 item 6).
+    give_up_on_repeat: bool = True
 
 
 @dataclass(frozen=True, slots=True)

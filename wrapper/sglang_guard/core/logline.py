@@ -108,9 +108,36 @@ _ARGPARSE = re.compile(r"[^\s:]{1,128}(?: [^\s:]{1,128})?: (?=error: )")
 _COLLECTOR = re.compile(r"[\w.-]{1,64}\s{1,16}\| ")
 
 
+# SGLang's request logging (--log-requests, every --log-requests-level and format): a record
+# whose message is "Receive: obj=...", "Receive OpenAI: obj=...", "Finish: obj=..., out=..."
+# (0.5.23 srt/utils/request_logger.py:116, :158, :197) or a JSON event "request.received",
+# "request.received.openai", "request.finished" (log_json, srt/utils/log_utils.py:68). What
+# follows such a record up to the next record is its continuation: request text too.
+REQUEST_PATTERN = r'(?:Receive(?: OpenAI)?: |Finish: |\{"event": ?"request\.)'
+_REQUEST = re.compile(REQUEST_PATTERN)
+# A line whose quotes all close (repr's '...' and "...", JSON's "...", backslash escapes):
+# a request record that ends inside a quote continues on the next line. The alternatives
+# start with distinct characters, so this is linear.
+_CLOSED = re.compile(r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*\\?""")
+
+
 def is_record(line: str) -> bool:
     """Whether `line` starts as one of SGLang's own log records ("[2026-... TP0] ...")."""
     return _RECORD.match(line) is not None
+
+
+def is_request(line: str) -> bool:
+    """Whether `line` is a record of SGLang's request logging (a client's text, never read)."""
+    record = _RECORD.match(line)
+    return record is not None and _REQUEST.match(line, record.end()) is not None
+
+
+def quotes_closed(line: str) -> bool:
+    """Whether every quote `line` opens is closed on it (repr and JSON quoting): SGLang's
+    request records always are, as repr and JSON escape newlines; one that is not (a line
+    cut at the cap, a text printed raw) continues on the lines after it."""
+    found = _CLOSED.match(line)
+    return found is not None and found.end() == len(line)
 
 
 def is_exception_line(line: str) -> bool:
@@ -125,6 +152,13 @@ def error_text(line: str, ends_traceback: bool | None = None) -> tuple[str, bool
     error line may match anywhere outside quotes (False); a plain SGLang record, whose level
     the format does not show, only at the start of its message (True): a request record
     starts with "Receive:"/"Finish:", an access line with "INFO:", never with a rule's text.
+
+    `ends_traceback` is what the stream's reader knows of the line (core/tracebacks.py):
+    True, it is SGLang's own output (the exception line that ends a traceback, or a line
+    outside any traceback, request and message: what C++, CUDA, NCCL or Triton write to
+    stderr), read anywhere outside quotes; False, it is not (frames, the rest of an
+    exception's message, a request's text); None, not known: only an exception or argparse
+    line is read then.
     """
     collector = _COLLECTOR.match(line)
     if collector:
@@ -136,10 +170,23 @@ def error_text(line: str, ends_traceback: bool | None = None) -> tuple[str, bool
         return rest[level.end():], False
     if record:
         return rest, True
-    if ends_traceback is not False and _EXCEPTION.match(line):
+    if ends_traceback:
+        return line, False
+    if ends_traceback is None and _EXCEPTION.match(line):
         # Only the line that ends a traceback (core/tracebacks.py; None: not known).
         return line, False
     argparse = _ARGPARSE.match(line)
     if argparse:
         return line[argparse.end():], False
     return None
+
+
+# Numbers and addresses that differ between two launches of one crash: a pid, a port, a
+# byte count, a time, a pointer ("0x7f3a..."), a rank.
+_VARYING = re.compile(r"0x[0-9A-Fa-f]+|\d+(?:\.\d+)?")
+
+
+def crash_signature(line: str) -> str:
+    """`line` with its numbers and addresses masked: the same crash, launch after launch."""
+    return _VARYING.sub("#", line.strip())
+

@@ -45,6 +45,7 @@ from sglang_guard.core.events import (
     Tick,
 )
 from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSection
+from sglang_guard.core.logline import crash_signature
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.core.redact import redact_argv
@@ -59,7 +60,7 @@ from sglang_guard.core.rules import (
     in_phase,
 )
 from sglang_guard.core.stages import READY_LINE, Stalled, is_progress
-from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
+from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
 
 SETTLE_S = 2.0  # a catch-all match waits this long for a more specific line of the same crash
 HEALTH_RETRY_S = 1.0
@@ -150,6 +151,13 @@ class State:
     last_line: str = ""
     stall_seq: int = 0
     stalled: Stalled | None = None
+    # The last exception line (ending a traceback) this launch printed, and the command line
+    # and masked exception line of the last failed launch: the same crash twice is not
+    # retried (RestartSection.give_up_on_repeat).
+    exception_line: str | None = None
+    last_crash: tuple[tuple[str, ...], str] | None = None
+    # The last fix the machine acted on (core/replay.py reads it off after each event).
+    decided: Fix | None = None
 
 
 def start(state: State, env: Env) -> tuple[State, list[Action]]:
@@ -197,7 +205,7 @@ def _spawn(state: State, env: Env, cl: CommandLine, why: str) -> tuple[State, li
     gen = state.gen + 1
     new = replace(state, cl=cl, gen=gen, phase="starting", ready_line=False,
                   liveness_streak=0, pending=None, tentative=None, stage="init",
-                  progress_at=None, last_line="", stalled=None)
+                  progress_at=None, last_line="", stalled=None, exception_line=None)
     argv = redact_argv(cl.argv, env.options)
     new, watch = _watch_stall(new, env, env.start.limit("init"))
     return new, [
@@ -326,6 +334,8 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
             state = replace(state, progress_at=now)
     if env.role == "worker":
         return state, actions  # a worker's lines go to its leader, which decides
+    if event.exception:  # the exception line that ends a traceback: the crash's own
+        state = replace(state, exception_line=event.text)
     if state.phase == "starting" and READY_LINE in event.text and not state.ready_line:
         state = replace(state, ready_line=True)
         if not env.health.enabled:  # no HTTP probing at all: the line alone says ready
@@ -381,7 +391,7 @@ def _refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str,
 def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list[Action]]:
     rule = fix.rule
     fired = {**state.fired, rule.id: state.fired.get(rule.id, 0) + 1}
-    state = replace(state, fired=fired)
+    state = replace(state, fired=fired, decided=fix)
     base = {"trigger": "log", "rule": rule.id, "line": line, "gen": state.gen}
     if fix.action == "environment":
         diagnosis = fix.diagnosis or rule.reason
@@ -391,6 +401,14 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
         return new, [Journal({"event": "give_up.planned", **base, "class": "environment",
                               "reason": diagnosis}),
                      Notify(status=f"environment failure: {diagnosis}"), *actions]
+    if fix.action == "parser_exit":  # SGLang's parser exits 2: the same line fails the same
+        pending = Pending("exit", code=EXIT_USAGE, reason=f"{rule.id}: {line.strip()}",
+                          cause=GiveUpCause.RULE)
+        new, actions = _stop(state, pending, f"rule {rule.id}")
+        return new, [Journal({"event": "give_up.planned", **base, "class": "usage",
+                              "reason": rule.reason}),
+                     Notify(status=f"SGLang's parser rejects the command line: {line.strip()}"),
+                     *actions]
     if fix.action == "give_up":
         why = fix.diagnosis or rule.reason  # the reason with the line's port, address, name
         pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {why}",
@@ -574,7 +592,8 @@ def _on_tick(state: State, event: Tick, env: Env) -> tuple[State, list[Action]]:
     if name == "stable" and state.phase == "ready":
         # A long healthy run forgives the past: backoff and the rules' fire budgets restart
         # (a crash rule may fire again next week without ending in a give-up).
-        return replace(state, attempt=0, fired={}), [Journal({"event": "stable", "gen": state.gen})]
+        return replace(state, attempt=0, fired={}, last_crash=None), [
+            Journal({"event": "stable", "gen": state.gen})]
     if name == "settle" and state.tentative is not None and state.phase in ("starting", "ready"):
         return _settle(state, env)
     if name == "ready_timeout" and state.phase == "starting" and env.role != "worker":
@@ -592,7 +611,7 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
         journal += [a for a in acts if not isinstance(a, Stop)]
     pending = state.pending
     if pending is not None and pending.kind == "exit":
-        if pending.code in (EXIT_GIVE_UP, EXIT_ENVIRONMENT):  # every give-up journaled alike
+        if pending.code in (EXIT_GIVE_UP, EXIT_ENVIRONMENT, EXIT_USAGE):  # journaled alike
             journal.append(Journal({"event": "give_up", "reason": pending.reason,
                                     "cause": pending.cause}))
         return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
@@ -616,6 +635,15 @@ def _failure(state: State, env: Env, cl: CommandLine, reason: str, *, now: float
              journal: list[Action]) -> tuple[State, list[Action]]:
     cfg = env.restart
     failures = (*failures_in_window(state.failures, now, cfg.window_s), now)
+    line = state.exception_line
+    crash = (cl.argv, crash_signature(line)) if line is not None else None
+    if cfg.give_up_on_repeat and line is not None and crash == state.last_crash:
+        why = (f"the same crash twice with the same command line: {line[:500]} "
+               "(a third launch cannot change it)")
+        done = replace(state, phase="done", failures=failures)
+        return done, [*journal, Journal({"event": "give_up", "reason": why, "line": line}),
+                      Exit(EXIT_GIVE_UP, why)]
+    state = replace(state, last_crash=crash)
     if len(failures) >= cfg.max_failures:
         why = f"crash loop: {len(failures)} failures within {cfg.window_s:g}s (last: {reason})"
         done = replace(state, phase="done", failures=failures)

@@ -32,6 +32,11 @@ class OptionSpec:
     choices: tuple[str, ...] | None
     store_true: bool
     yaml: YamlKind
+    type: Literal["int", "float"] | None = None  # argparse `type=`: None takes any string
+    # The release's default (argparse's, read from its source); NO_DEFAULT where the table
+    # does not know it (not a scalar, or set by a custom Action).
+    default: Any = None
+    has_default: bool = False
 
     @property
     def canonical(self) -> str:
@@ -65,11 +70,24 @@ class OptionTable:
     by_dest: Mapping[str, OptionSpec]
     allow_abbrev: bool = True
 
-    def spec(self, name: str) -> OptionSpec:
-        """The option with this exact spelling or dest; KeyError when SGLang has none."""
+    def get(self, name: str) -> OptionSpec | None:
+        """The option with this exact spelling or dest; None when this release has none
+        (an option a release lacks is a normal state: 0.5.1-0.5.6 have no draft backend)."""
         if name in self.by_string:
             return self.by_string[name]
-        return self.by_dest[name.lstrip("-").replace("-", "_")]
+        return self.by_dest.get(name.lstrip("-").replace("-", "_"))
+
+    def has(self, name: str) -> bool:
+        """True when this release has the option (spelling or dest)."""
+        return self.get(name) is not None
+
+    def spec(self, name: str) -> OptionSpec:
+        """The option with this exact spelling or dest; KeyError when SGLang has none.
+        Only for options every release has (`--model-path`); else use `get`."""
+        found = self.get(name)
+        if found is None:
+            raise KeyError(name)
+        return found
 
     def lookup(self, token: str) -> Lookup:
         """Classify `token` exactly as Python 3.11's argparse `_parse_optional` does."""
@@ -108,6 +126,9 @@ def parse_table(data: Mapping[str, Any], path: str) -> OptionTable:
                 choices=tuple(o["choices"]) if o["choices"] is not None else None,
                 store_true=bool(o["store_true"]),
                 yaml=o["yaml"],
+                type=o.get("type") if o.get("type") in ("int", "float") else None,
+                default=o.get("default"),
+                has_default="default" in o,
             )
             for o in data["options"]
         )
@@ -122,10 +143,16 @@ def parse_table(data: Mapping[str, Any], path: str) -> OptionTable:
 _CACHE: dict[str, OptionTable] = {}
 
 
-def load_option_table(version: str = "0.5.23") -> OptionTable:
-    """The shipped table of SGLang `version`'s parser (read once per process): the argparse
-    dump where one is shipped (0.5.23), else the table generated from the release's wheel."""
+def load_option_table(version: str | None = None) -> OptionTable:
+    """The shipped table of SGLang `version`'s parser (read once per process; None: the
+    newest shipped release): the argparse dump where one is shipped (the newest), else the
+    table generated from the release's wheel."""
     from sglang_guard.resources import config_path  # noqa: PLC0415 - keeps core import-light
+
+    if version is None:
+        from sglang_guard.core.releases import known_releases  # noqa: PLC0415 - cycle
+
+        version = known_releases()[-1]
 
     if version not in _CACHE:
         path = config_path("sglang", f"options-{version}.json")

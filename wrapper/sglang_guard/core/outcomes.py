@@ -33,6 +33,7 @@ class FixKind(StrEnum):
     UNDO_GUARD_EDIT = "undo_guard_edit"
     ENVIRONMENT = "environment"
     ADVICE = "advice"
+    PARSER_EXIT = "parser_exit"  # SGLang's parser rejected the command line: exit 2
 
 
 class GiveUpCause(StrEnum):
@@ -40,7 +41,7 @@ class GiveUpCause(StrEnum):
 
     CRASH_LOOP = "crash_loop"  # max_failures within window_s
     FIX_NOT_HELD = "fix_not_held"  # a rule fired again after its fix, nothing to restore
-    RULE = "rule"  # a give_up or environment rule, or a fix SGLang would reject
+    RULE = "rule"  # a give_up, environment or parser_exit rule, or a fix SGLang would reject
     PORT_BUSY = "port_busy"  # SGLang's port is held by another process
     STALLED = "stalled"  # a start-up stage made no progress ([start] on_stall = "give_up")
     REFUSED = "refused"  # the policy refused the command line

@@ -22,9 +22,10 @@ from sglang_guard.resources import config_path
 # "environment": give up at once with EXIT_ENVIRONMENT: a broken install (a kernel library
 # built for another torch, a CUDA library missing, a GPU the build has no code for) that no
 # restart and no flag fixes. "advice": no automatic action; the guard shows the rule's
-# explanation and solutions.
+# explanation and solutions. "parser_exit": end the guard with exit 2 at once: SGLang's own
+# parser rejected the command line (a usage error), which no relaunch of it changes.
 ACTIONS = ("drop_flag", "set_flag", "rewrite_value", "restart", "give_up", "undo_guard_edit",
-           "environment", "advice")
+           "environment", "advice", "parser_exit")
 FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 SCALE = "scale:"
 # When a rule acts: before SGLang is ready ("start", the default: most failures are a start

@@ -55,7 +55,6 @@ __all__ = [
     "RulePack",
     "advice_for",
     "advice_record",
-    "burst_fix",
     "captures",
     "compile_pattern",
     "first_fix",
@@ -64,6 +63,7 @@ __all__ = [
     "load_default_packs",
     "parse_pack",
     "plan_fix",
+    "precedence",
 ]
 
 
@@ -106,21 +106,15 @@ class Fix:
 # of the text; RE2 keeps it linear.
 QUOTE_LEAD = r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*?"""
 # The prefilter's lead, per line of a block: a superset of where `error_text` lets a rule
-# read, with the same quote rule from the same place -- an SGLang record's message from its
-# start; after an ERROR:/CRITICAL: level, outside quotes; an exception line (a letter or
-# "- " at column 0), outside quotes from column 0; argparse's error, outside quotes after
-# its program name, at "error: " or past it (the literal keeps Hyperscan fast). Indented
-# traceback source, warnings ("/path.py:71: UserWarning"), logged requests, access lines
-# and quoted text never pass it, so those near-miss lines cost no per-line work.
-# QUOTE_LEAD within one line of a block:
+# read -- anywhere outside quotes, from column 0 (an SGLang record's message, an ERROR: level,
+# an exception line, argparse's error, and since issue 20 every line of SGLang's own output,
+# C++/CUDA/NCCL stderr included), with the quote rule of QUOTE_LEAD within one line.
+# Logged requests, access lines and other quoted text never pass it (their text is inside
+# quotes), so those near-miss lines cost no per-line work; which lines are requests' or
+# frames is the reader's to say (core/tracebacks.py), not the prefilter's.
 _BLOCK_QUOTES = (r"""(?:[^'"\\\n]|\\[^\n]|'(?:[^'\\\n]|\\[^\n])*'"""
                  r"""|"(?:[^"\\\n]|\\[^\n])*")*?""")
-_BLOCK_RECORD = r"\[\d{4}-\d\d-\d\d [^\]\n]*\] "
-BLOCK_LEAD = (r"(?m)^(?:[\w.-]{1,64}\s{1,16}\| )?(?:"
-              + _BLOCK_RECORD
-              + f"|(?:{_BLOCK_RECORD})?(?:ERROR|CRITICAL):\\s{{1,16}}{_BLOCK_QUOTES}"
-              + f"|(?:(?:- )?[A-Za-z_]{_BLOCK_QUOTES})?"
-              + f"|[^\\s:\\n]{{1,128}}(?: [^\\s:\\n]{{1,128}})?: (?:error: {_BLOCK_QUOTES})?)")
+BLOCK_LEAD = r"(?m)^" + _BLOCK_QUOTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,13 +279,13 @@ def captures(rule: Rule, line: str | None) -> dict[str, str]:
 def _above(rule: Rule, caps: Mapping[str, str], current: str | None) -> str | None:
     """`above:G`: just above the captured number, within `maximum`; None if that is no raise."""
     assert rule.new_value is not None  # noqa: S101  (callers check; narrows for mypy)
-    floor = number(caps.get(rule.new_value[len(ABOVE) :]))
+    floor = number((caps.get(rule.new_value[len(ABOVE) :]) or "").rstrip("."))
     if floor is None:
         return None
     value = round(floor + ABOVE_STEP, 3)
     if rule.maximum is not None and value > rule.maximum:
         return None  # SGLang needs more than the cap allows: no fix, rather than a futile one
-    old = number(current)
+    old = number(current.rstrip(".") if current is not None else None)
     if old is not None and old >= value:
         return None  # never the wrong direction
     return format(value, "g")
@@ -300,6 +294,11 @@ def _above(rule: Rule, caps: Mapping[str, str], current: str | None) -> str | No
 def _scaled(rule: Rule, current: str | None, seen: str | None = None) -> str | None:
     """`scale:F` applied to the current value (else the one the log names, else the default)."""
     assert rule.new_value is not None  # noqa: S101  (callers check; narrows for mypy)
+    # A number the log names may end a sentence ("...=0.88."): the dot is not part of it.
+    # One that does not parse gives way to the rule's default, as an absent flag does.
+    seen = seen.rstrip(".") if seen is not None else None
+    if current is None and number(seen) is None:
+        seen = None
     base_text = current if current is not None else seen if seen is not None else rule.default
     base = number(base_text)
     if base_text is None or base is None:
@@ -407,8 +406,18 @@ def _release_accepts(options: OptionTable | None, flag: str, value: str | None) 
     """True if that parser would take `flag value` (a choice it lists, or any value)."""
     if options is None or value is None:
         return True
-    choices = options.by_string[flag].choices
-    return choices is None or value in choices
+    spec = options.get(flag)
+    if spec is None:  # the release has no such option: its parser rejects any value
+        return False
+    return spec.choices is None or value in spec.choices
+
+
+def precedence(rule: Rule) -> tuple[bool, bool, int]:
+    """The order rules of one line are tried in (a sort key; ties keep pack order): fatal
+    before notes, actions before advice, then descending priority. The one ordering of
+    the guard: the machine's `first_fix` and `explain`'s listing both use it; which line of a
+    burst wins is the machine's alone (core/machine.py, replayed by core/replay.py)."""
+    return (not rule.fatal, rule.action == "advice", -rule.priority)
 
 
 def first_fix(
@@ -423,7 +432,7 @@ def first_fix(
     """
     candidates = sorted((r for r in matcher.candidates(line, ends_traceback)
                          if r.fatal and r.action != "advice" and in_phase(r, ctx.phase)),
-                        key=lambda r: -r.priority)
+                        key=precedence)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
     for rule in candidates:
@@ -461,31 +470,3 @@ def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:
             "line": line, "gen": gen, "reason": rule.reason, "explanation": rule.explanation,
             "solutions": list(rule.solutions), "prevention": list(rule.prevention),
             "source": rule.source}
-
-
-def burst_fix(matcher: Matcher, lines: Sequence[str] | Sequence[tuple[str, bool | None]],
-              ctx: MatchContext) -> Fix | None:
-    """The fix a supervisor would act on for this failure output, nothing fired yet.
-
-    As core/machine.py does: the first line whose fix is specific (priority >= 0) wins at
-    once; a catch-all (priority < 0) only when no specific line follows it. Exception lines
-    count where they end a traceback, as the supervisor reads them: a (line, ends_traceback)
-    pair says so; plain lines are read in order as an excerpt that may start anywhere.
-    """
-    waiting: Fix | None = None
-    state = tracebacks.UNKNOWN
-    ends: bool | None
-    for item in lines:
-        if isinstance(item, str):
-            line = item
-            state, ends = tracebacks.step(state, line)
-        else:
-            line, ends = item
-        fix, _ = first_fix(matcher, line, ctx, {}, ends)
-        if fix is None:
-            continue
-        if fix.rule.priority >= 0:
-            return fix
-        waiting = waiting or fix
-    return waiting
-

@@ -26,6 +26,25 @@ from sglang_guard.core.sgl_ast import (
 )
 
 SERVER_ARGS = "sglang.srt.server_args"
+NO_DEFAULT: Any = type("NoDefault", (), {"__repr__": lambda self: "NO_DEFAULT"})()
+NOT_GIVEN: Any = type("NotGiven", (), {"__repr__": lambda self: "NOT_GIVEN"})()  # no default=
+# The `type=` callables whose check the guard repeats (argparse: "invalid int value: 'x'").
+_TYPES = ("int", "float")
+
+
+def _scalar(value: Any) -> Any:
+    """A default worth shipping: a JSON scalar (argparse keeps it as is), else NO_DEFAULT."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    return NO_DEFAULT
+
+
+def _type_name(value: Any) -> str | None:
+    """"int"/"float" for those builtins as `type=`; None for str, absent or anything else."""
+    name = getattr(value, "name", None) or getattr(value, "__name__", None)
+    if isinstance(value, str):
+        name = value
+    return name if name in _TYPES else None
 
 # argparse's action strings and the class each one instantiates.
 _ACTIONS = {
@@ -61,6 +80,8 @@ class Registered:
     unordered: bool
     help: str
     where: str  # file:line of the add_argument call or the field
+    type: str | None = None  # "int" / "float" for argparse's type check; None: any string
+    default: Any = NO_DEFAULT  # a JSON scalar, or NO_DEFAULT where it is not one (or unseen)
 
 
 @dataclass(slots=True)
@@ -118,7 +139,26 @@ class _AddArgument(HostFunc):
             names, get("action"), nargs=get("nargs"), choices=get("choices"), dest=get("dest"),
             help_text=_help_text(scope, kw.get("help"), extra.get("help")), where=where,
             passed_nargs="nargs" in kw or "nargs" in extra,
+            type_name=_ast_type(kw.get("type"), extra.get("type")),
+            default=_default(scope, kw.get("default"), extra),
         )
+
+
+def _ast_type(node: ast.expr | None, fallback: Any) -> str | None:
+    """`type=int` / `type=float` as written (a builtin name); anything else: None."""
+    if isinstance(node, ast.Name):
+        return node.id if node.id in _TYPES else None
+    return _type_name(fallback) if node is None and fallback is not None else None
+
+
+def _default(scope: Scope, node: ast.expr | None, extra: dict[str, Any]) -> Any:
+    """The `default=` value when it evaluates to a scalar (argparse's default is None)."""
+    if node is None:
+        return _scalar(extra["default"]) if "default" in extra else NOT_GIVEN
+    try:
+        return _scalar(scope.eval(node))
+    except Unknown:
+        return NO_DEFAULT
 
 
 def _help_text(scope: Scope, node: ast.expr | None, fallback: Any) -> str:
@@ -141,7 +181,8 @@ class OptionReader:
     # -- argparse's bookkeeping ------------------------------------------------------
     def register(
         self, names: list[Any], action: Any, *, nargs: Any, choices: Any, dest: Any,
-        help_text: str, where: str, passed_nargs: bool,
+        help_text: str, where: str, passed_nargs: bool, type_name: str | None = None,
+        default: Any = NOT_GIVEN,
     ) -> None:
         """Record an add_argument call the way argparse builds its Action."""
         strings = [str(n) for n in names]
@@ -161,6 +202,11 @@ class OptionReader:
         elif isinstance(action, ClassRef):
             nargs = self._custom_nargs(action, nargs, passed_nargs)
         store_true = kind == "_StoreTrueAction" or base == "_StoreTrueAction"
+        if default is NOT_GIVEN and isinstance(action, ClassRef) and base is None:
+            default = NO_DEFAULT  # a custom Action's __init__ may set one: not seen here
+        elif default is NOT_GIVEN:  # argparse's own: False for store_true, True for store_false
+            store_false = "_StoreFalseAction" in (kind, base)
+            default = True if store_false else (False if store_true else None)
         is_store = kind == "_StoreAction" or base == "_StoreAction"
         yaml = (
             "store_true" if store_true
@@ -178,6 +224,8 @@ class OptionReader:
                 unordered=isinstance(choices, Unordered),
                 help=help_text,
                 where=where,
+                type=None if nargs == 0 else type_name,
+                default=default,
             )
         )
 
@@ -270,6 +318,7 @@ class _Field:
     has_default: bool
     module: str
     line: int
+    value: ast.expr | None = None
 
 
 def _class_fields(ev: Evaluator, cls: ClassRef) -> list[_Field]:
@@ -287,7 +336,8 @@ def _class_fields(ev: Evaluator, cls: ClassRef) -> list[_Field]:
             if isinstance(ann, ast.Subscript) and ast.unparse(ann.value).endswith("ClassVar"):
                 continue
             out[stmt.target.id] = _Field(
-                stmt.target.id, ann, stmt.value is not None, cls.module, stmt.lineno
+                stmt.target.id, ann, stmt.value is not None, cls.module, stmt.lineno,
+                stmt.value,
             )
     return list(out.values())
 
@@ -356,31 +406,62 @@ class _FromDataclass(HostFunc):
         where = f"{ev.module(f.module).path}:{f.line}"
         help_text = _help_text(scope, arg.get("help"), "")
         register = self.reader.register
+        default = _field_default(scope, f)
         if arg.get("action") is not None:
             kwargs = get("action_kwargs") or {}
             register(
                 names, get("action"), nargs=kwargs.get("nargs"), choices=kwargs.get("choices"),
                 dest=kwargs.get("dest", dest), help_text=help_text, where=where,
-                passed_nargs="nargs" in kwargs,
+                passed_nargs="nargs" in kwargs, type_name=_type_name(kwargs.get("type")),
+                default=default,
             )
             return
         inner, _ = _unwrap_optional(inner)
         literal = _literal_values(inner)
-        common: dict[str, Any] = {"dest": dest, "help_text": help_text, "where": where}
+        custom = arg.get("type_parser") is not None  # arg_utils.py: type_parser wins
+        common: dict[str, Any] = {"dest": dest, "help_text": help_text, "where": where,
+                                  "default": default}
         if literal is not None:
+            first = type(literal[0]).__name__ if literal else "str"
             register(names, None, nargs=None, choices=get("choices") or literal,
-                     passed_nargs=False, **common)
+                     passed_nargs=False, type_name=None if custom else _type_name(first),
+                     **common)
             return
-        if _is_list(inner) and arg.get("type_parser") is None:
+        if _is_list(inner) and not custom:
             register(names, None, nargs=get("nargs") or "+", choices=get("choices") or None,
-                     passed_nargs=True, **common)
+                     passed_nargs=True, type_name=_list_elem(inner), **common)
             return
         if isinstance(inner, ast.Name) and inner.id == "bool":
             register(names, "store_true", nargs=None, choices=None, passed_nargs=False, **common)
             return
         nargs = get("nargs") or None
+        scalar = inner.id if isinstance(inner, ast.Name) and not custom else None
         register(names, None, nargs=nargs, choices=get("choices") or None,
-                 passed_nargs=nargs is not None, **common)
+                 passed_nargs=nargs is not None, type_name=_type_name(scalar), **common)
+
+
+def _field_default(scope: Scope, f: _Field) -> Any:
+    """The field's default as add_cli_args_from_dataclass passes it (`_field_default`)."""
+    node = f.value
+    if node is None:
+        return NOT_GIVEN  # a required field: argparse's own default
+    if isinstance(node, ast.Call):  # field(default=...) / msgspec.field(default=...)
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        if "default" not in kw:
+            return NO_DEFAULT  # default_factory: a fresh object, never a scalar we need
+        node = kw["default"]
+    try:
+        return _scalar(scope.eval(node))
+    except Unknown:
+        return NO_DEFAULT
+
+
+def _list_elem(node: ast.expr) -> str | None:
+    parts = _subscript_parts(node)
+    if parts is None or not parts[1]:
+        return None
+    elem = parts[1][0]
+    return _type_name(elem.id) if isinstance(elem, ast.Name) else None
 
 
 def _subscript_parts(node: ast.expr) -> tuple[str, list[ast.expr]] | None:
@@ -458,6 +539,8 @@ def option_dump(read: Reader, version: str) -> tuple[dict[str, Any], list[Regist
                 "choices": sorted(o.choices) if o.unordered and o.choices else o.choices,
                 "store_true": o.store_true,
                 "yaml": o.yaml,
+                "type": o.type,
+                **({} if o.default is NO_DEFAULT else {"default": o.default}),
             }
             for o in options
         ],

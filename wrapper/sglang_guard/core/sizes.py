@@ -2,9 +2,10 @@
 
 Pure: the command line and the model's shape in, findings out. Each check rests on one
 SGLang rule, cited as `sglang/...:LINE` of 0.5.23 (for the argument-phase ones, the frame
-that raised on the H200 run), and names the releases whose wheels carry the same message
-(`Check.releases`, read from the 42 PyPI wheels 0.5.1-0.5.23; the per-release tables of
-issue 11 can take them over). Lists that changed between releases are 0.5.23's.
+that raised on the H200 run), and names the first release whose wheel carries the same
+message (`Check.releases`, read from the 42 PyPI wheels 0.5.1-0.5.23; open-ended: a newer
+release keeps a check where its own source still holds the rule, `confirm`). Lists that
+changed between releases are 0.5.23's (`Check.lists_of`).
 Where only a person can choose the fix (a TP size, a context length), the finding refuses
 with the arithmetic; a flag is dropped only where SGLang's own default is known to fit.
 """
@@ -22,6 +23,7 @@ from sglang_guard.core.facts import ModelFacts, ModelShape
 from sglang_guard.core.guardconfig import PolicyConfig
 
 Phase = Literal["args", "model_init", "load"]
+CITED = "0.5.23"  # the release whose file:line the checks cite (a citation, not a range)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,39 +33,67 @@ class Check:
     kind: str
     phase: Phase  # "args": the argument phase (verified on an H200); later phases: by source
     source: str
-    releases: str  # PEP 440 specifier of the releases whose source has the same rule
+    # PEP 440 specifier: the first release whose source has the rule, and on. No upper
+    # bound: a release newer than the tables keeps the check where its own source still
+    # holds `needle` (unconfirmed: it warns), see `confirm`.
+    releases: str
+    needle: str  # SGLang's own text of the rule (a template, core/msgsearch.py)
+    # The check also rests on lists read from one release (a method list, SGLang's own page
+    # rewrites): a release newer than the tables cannot confirm those, so there it warns.
+    lists_of: str | None = None
 
 
 CONTEXT = Check("context_length", "args", "sglang/srt/configs/model_config.py:1314",
-                ">=0.5.1,<=0.5.23")
+                ">=0.5.1", "is greater than the derived context_length")
 QUANT_MISMATCH = Check("quantization", "args", "sglang/srt/configs/model_config.py:2143",
-                       ">=0.5.1,<=0.5.23")  # the message; _COMPATIBLE below is 0.5.23's
+                       ">=0.5.1", "does not match the quantization method specified in the "
+                       "`quantization` argument", lists_of="0.5.23")  # _COMPATIBLE below
 QUANT_UNKNOWN = Check("quantization", "args", "sglang/srt/configs/model_config.py:2152",
-                      "==0.5.23")  # the message is in every 0.5.x; the method list is 0.5.23's
+                      ">=0.5.23",  # the message is in every 0.5.x; the method list is 0.5.23's
+                      "Unknown quantization method: {}. Must be one of", lists_of="0.5.23")
 GPT_OSS = Check("model_backend", "args", "sglang/srt/arg_groups/model_hook.py:537",
-                ">=0.5.13,<=0.5.23")  # this list; shorter lists since 0.5.1
+                ">=0.5.13",  # this list; shorter lists since 0.5.1
+                "GptOssForCausalLM requires one of", lists_of="0.5.23")
 SPEC_TRTLLM_TOPK = Check("speculative", "args", "sglang/srt/arg_groups/speculative_hook.py:1178",
-                         ">=0.5.1,<=0.5.23")
+                         ">=0.5.1", "trtllm_mha backend only supports topk = 1 for "
+                         "speculative decoding.")
 SPEC_PAGE_TOPK = Check("speculative", "args", "sglang/srt/arg_groups/speculative_hook.py:1278",
-                       ">=0.5.13,<=0.5.23")
+                       ">=0.5.13", "speculative_eagle_topk > 1 with page_size > 1 is only "
+                       "supported on", lists_of="0.5.23")  # PAGE_TREE_BACKENDS
 CHUNKED_PAGE = Check("chunked_prefill_size", "args",
                      "sglang/srt/arg_groups/validation_hook.py:244",
-                     ">=0.5.1,<=0.5.23")  # the message; _FORCED_PAGE is 0.5.23's
+                     ">=0.5.1", "chunked_prefill_size must be divisible by page_size",
+                     lists_of="0.5.23")  # the message; _FORCED_PAGE is 0.5.23's
 MOE_DENSE_TP = Check("moe_dense_tp_size", "args", "sglang/srt/arg_groups/validation_hook.py:207",
-                     ">=0.5.13,<=0.5.23")
+                     ">=0.5.13", "moe_dense_tp_size only supports None, 1, or tp_size currently")
 TP_NODES = Check("tp_size", "args", "sglang/srt/arg_groups/validation_hook.py:179",
-                 ">=0.5.1,<=0.5.23")
+                 ">=0.5.1", "tp_size must be divisible by number of nodes")
 TP_HEADS = Check("tp_size", "model_init", "sglang/srt/models/<model>.py (_HEAD_SPLIT_ARCHS)",
-                 ">=0.5.1,<=0.5.23")
+                 ">=0.5.1", "total_num_heads % tp_size == 0")
 FP8_DENSE = Check("fp8_block", "model_init", "sglang/srt/layers/quantization/fp8.py:605",
-                  ">=0.5.1,<=0.5.23")
+                  ">=0.5.1", "is not divisible by weight quantization block_n")
 FP8_MOE = Check("fp8_block", "model_init", "sglang/srt/layers/quantization/fp8.py:1588",
-                ">=0.5.1,<=0.5.23")
+                ">=0.5.1", "The output_size of gate's and up's weight")
 QUANT_SM = Check("quantization_sm", "load", "sglang/srt/model_loader/loader.py:259",
-                 ">=0.5.1,<=0.5.23")
+                 ">=0.5.1", "is not supported for the current GPU. Minimum capability",
+                 lists_of="0.5.23")  # MIN_SM
 CHECKS = (CONTEXT, QUANT_MISMATCH, QUANT_UNKNOWN, GPT_OSS, SPEC_TRTLLM_TOPK, SPEC_PAGE_TOPK,
           CHUNKED_PAGE,
           MOE_DENSE_TP, TP_NODES, TP_HEADS, FP8_DENSE, FP8_MOE, QUANT_SM)
+
+
+def confirm(source: str | None) -> tuple[frozenset[str], tuple[Check, ...]]:
+    """For a release newer than every table: the checks its source confirms (by `source`
+    id) and those it cannot (their text is gone, or they rest on an older release's lists).
+
+    `source` is the release's normalised source text (None: no source on disk).
+    """
+    from sglang_guard.core.msgsearch import holds  # noqa: PLC0415
+
+    ok = frozenset(c.source for c in CHECKS
+                   if source is not None and c.lists_of is None and holds(source, c.needle))
+    return ok, tuple(c for c in CHECKS if c.source not in ok)
+
 
 # ModelConfig._verify_quantization (model_config.py:2000-2160, 0.5.23): QUANTIZATION_METHODS
 # as its "Unknown quantization method" message lists them on CUDA, the CLI methods a
@@ -142,7 +172,9 @@ class SizeFinding:
 
 
 def holds_for(check: Check, release: str | None) -> bool:
-    """True when the release's source has the check's rule (None: the 0.5.23 the rules cite)."""
+    """True when the release's source has the check's rule (None: the release the rules
+    cite). A release newer than the tables is in range; whether its source still has the
+    rule is `confirm`'s answer."""
     if release is None:
         return True
     try:
@@ -227,7 +259,8 @@ def _quantization(cl: CommandLine, shape: ModelShape | None, sm: int | None) -> 
         if ckpt is None and q not in QUANTIZATION_METHODS:
             return [SizeFinding(
                 QUANT_UNKNOWN, "--quantization", asked,
-                f"--quantization {asked} is an option choice, but SGLang 0.5.23 has no such "
+                f"--quantization {asked} is an option choice, but SGLang "
+                f"{QUANT_UNKNOWN.lists_of} has no such "
                 "quantization method on CUDA",
                 f"Unknown quantization method: {q}. Must be one of [...].")]
     method = (asked.lower() if asked else None) or ckpt

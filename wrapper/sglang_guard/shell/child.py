@@ -43,8 +43,9 @@ from sglang_guard.errors import InputError
 from sglang_guard.shell.proctree import StopReport, stop_tree
 
 # What a prefilter says of a block: no line of it matters (SKIP), it holds a traceback's
-# header and nothing else (HEADER: the stream's traceback state is updated, no line read),
-# or its lines must be read one by one (LINES).
+# header (HEADER: its lines are read one by one, as they are while the stream is inside a
+# traceback's frames, so that its exception line reaches the machine), or its lines must be
+# read one by one (LINES).
 SKIP, HEADER, LINES = 0, 1, 2
 READ_CHUNK = 1024 * 1024  # bytes per read: the pipes are widened to this where Linux lets us
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
@@ -84,7 +85,7 @@ class _Pump:
         stream: Stream,
         gen: int,
         sink: BinaryIO,
-        emit: Callable[[Stream, str, int, bool], None],
+        emit: Callable[[Stream, str, int, bool, bool], None],
         cap: int,
         budget: int,
         prefilter: Callable[[bytes], int] | None = None,
@@ -143,6 +144,11 @@ class _Pump:
             seen = self._prefilter(chunk)
             if seen < LINES and self._head:
                 seen = max(seen, self._prefilter(bytes(self._head) + chunk[: first + 1]))
+            if seen == HEADER or self._traceback == tracebacks.TRACEBACK:
+                # A traceback's lines are read one by one until its exception line, which
+                # the machine sees even when no rule matches it (the same crash twice is
+                # not retried: core/machine.py). Tracebacks are rare; this costs little.
+                seen = LINES
             if seen < LINES:
                 # A traceback's header alone: only where the stream now is in it matters.
                 self._traceback = tracebacks.skip(self._traceback, chunk, bytes(self._head),
@@ -168,8 +174,10 @@ class _Pump:
 
     def _line(self) -> None:
         text = clean(bytes(self._head), self._cap)
-        self._traceback, ends = tracebacks.step(self._traceback, text)
-        self._emit(self._stream, text, self._length, ends)
+        before = self._traceback
+        self._traceback, ends = tracebacks.step(before, text)
+        self._emit(self._stream, text, self._length, ends,
+                   tracebacks.ends_frames(before, self._traceback))
         self._head.clear()
         self._length = 0
 
@@ -268,8 +276,9 @@ class Child:
             on_chunk=on_chunk,
         )
 
-    def _put_line(self, stream: Stream, text: str, length: int, ends: bool) -> None:
-        self._events.put(ChildLine(self.gen, stream, text, length, ends))
+    def _put_line(self, stream: Stream, text: str, length: int, ends: bool, exception: bool
+                  ) -> None:
+        self._events.put(ChildLine(self.gen, stream, text, length, ends, exception))
 
     def _reap(self) -> None:
         returncode = self._proc.wait()

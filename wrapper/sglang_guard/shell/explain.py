@@ -9,7 +9,8 @@ from typing import Any
 from sglang_guard.core import tracebacks
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import LINE_CAP, clean, error_text
-from sglang_guard.core.rules import Fix, MatchContext, Matcher, Rule, burst_fix
+from sglang_guard.core.replay import env_for, replay
+from sglang_guard.core.rules import Fix, Matcher, Rule, precedence
 from sglang_guard.errors import EXIT_ENVIRONMENT
 from sglang_guard.shell import logstream
 from sglang_guard.shell.packs import load_packs
@@ -85,12 +86,22 @@ def explain_lines(lines: Iterable[str], cfg: GuardConfig,
         if not rules and bare is not None:
             rules = matcher.candidates(bare)
         if rules and len(found) < MAX_MATCHES:
-            best = sorted(rules, key=lambda r: (not r.fatal, r.action == "advice",
-                                                -r.priority))[0]
+            best = sorted(rules, key=precedence)[0]
             found.append(Match(n, text, best, matcher.diagnose(best, bare or text),
                                bare=not matcher.candidates(text, ends), ends_traceback=ends))
     return sorted(found, key=lambda m: (m.bare, not m.rule.fatal, m.rule.priority < 0,
                                         m.line_no))
+
+
+def lead_with(matches: list[Match], fix: Fix | None) -> list[Match]:
+    """`matches` with the first one of the rule the machine acted on in front (the listing
+    shows it first, so that the line shown and the fix named are one decision)."""
+    if fix is None:
+        return matches
+    at = next((i for i, m in enumerate(matches) if m.rule.id == fix.rule.id), None)
+    if at is None:
+        return matches
+    return [matches[at], *matches[:at], *matches[at + 1:]]
 
 
 def bare_line(text: str) -> str | None:
@@ -124,6 +135,9 @@ def render_fix(fix: Fix | None) -> str:
         return "fix: none (no rule changes this command line)"
     if fix.action in ("restart", "give_up"):
         return f"fix: {fix.action} ({fix.rule.id}): {fix.rule.reason}"
+    if fix.action in ("parser_exit", "environment"):
+        code = 2 if fix.action == "parser_exit" else 69
+        return f"fix: none, the guard exits {code} ({fix.rule.id}): {fix.rule.reason}"
     if fix.action == "drop_flag":
         return f"fix: drop {fix.flag} {fix.old_value or ''} ({fix.rule.id})".replace("  ", " ")
     if fix.free_port:
@@ -137,20 +151,21 @@ def explain_fix(lines: Sequence[str] | Sequence[tuple[str, bool | None]], cfg: G
                 sm: int | None = None, sglang_version: str | None = None,
                 matcher: Matcher | None = None) -> Fix | None:
     """The fix the supervisor would make to `argv` after this failure output (cleaned lines,
-    or lines each with its `ends_traceback` as `matching_lines` gives them)."""
+    or lines each with its `ends_traceback` as `matching_lines` gives them): the machine
+    itself, replayed over them (core/replay.py)."""
     from sglang_guard.core.options import load_option_table  # noqa: PLC0415
     from sglang_guard.shell.inputs import read_command_line  # noqa: PLC0415
 
     options = load_option_table()
     cl = read_command_line(argv, options)
-    ctx = MatchContext(cl.effective(), "unknown", sm, sglang_version, options)
     matcher = Matcher(load_packs(cfg)) if matcher is None else matcher
-    fix = burst_fix(matcher, lines, ctx)
+    env = env_for(matcher, options, sm=sm, sglang_version=sglang_version)
+    fix = replay(lines, env, cl)
     if fix is None:
         # A pasted excerpt is not always SGLang's output as printed: a message copied from
         # an issue title or a screenshot, or wrapped by a comment. Only then, and never for
         # an SGLang record (a logged request is one), a bare line is read as an exception's
         # text. The supervisor, which reads SGLang's own pipes, never does this.
         texts = [line if isinstance(line, str) else line[0] for line in lines]
-        fix = burst_fix(matcher, [b for b in map(bare_line, texts) if b is not None], ctx)
+        fix = replay([(b, None) for b in map(bare_line, texts) if b is not None], env, cl)
     return fix

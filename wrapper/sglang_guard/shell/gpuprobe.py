@@ -31,6 +31,8 @@ def parse_gpu_sm(value: str) -> GpuFacts | None:
 def probe_gpu(nvml: Any = None) -> GpuFacts:
     """Ask NVML for the first visible GPU; an unknown GPU (with a warning) when it cannot tell."""
     if nvml is None:
+        if (missing := _no_nvml_library()) is not None:
+            return missing
         try:
             import pynvml  # noqa: PLC0415 - nvidia-ml-py, only needed for `auto`
 
@@ -65,6 +67,29 @@ def probe_gpu(nvml: Any = None) -> GpuFacts:
     finally:
         with contextlib.suppress(Exception):  # shutting down a half-initialised NVML
             nvml.nvmlShutdown()
+
+
+def _no_nvml_library() -> GpuFacts | None:
+    """What probing says when NVML's library cannot be loaded, found before importing pynvml.
+
+    pynvml's import costs a cached `check` ~20 ms, and on a host without the NVIDIA driver
+    its nvmlInit fails anyway: on Linux it dlopens `libnvidia-ml.so.1`, and so does this, first.
+    The answer is the one the failed nvmlInit gives (None: go on and ask NVML).
+    """
+    import importlib.util  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    if not sys.platform.startswith("linux") or importlib.util.find_spec("pynvml") is None:
+        return None  # elsewhere pynvml looks in other places; not installed: said below
+    import ctypes  # noqa: PLC0415
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return GpuFacts(sm=None, source="unknown",
+                        warning="no NVIDIA driver found (NVML: NVML Shared Library Not Found): "
+                                "GPU checks skipped")
+    return None
 
 
 def _first_visible(count: int) -> int:

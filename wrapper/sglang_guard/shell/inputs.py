@@ -21,6 +21,7 @@ from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.limits import yaml_safe_load
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.preflight import Decision, preflight
+from sglang_guard.core.sizes import confirm as confirm_sizes
 from sglang_guard.errors import GuardError, InputError
 from sglang_guard.shell.files import read_user_text
 from sglang_guard.shell.gpuprobe import resolve_gpu
@@ -43,6 +44,7 @@ class Inputs:
     gpu: GpuFacts
     release: Release
     notes: tuple[str, ...] = ()  # what preflight should say about the release
+    unconfirmed: frozenset[str] = frozenset()  # size checks that only warn (sizes.confirm)
 
 
 def load_yaml(path: str) -> dict[str, Any]:
@@ -72,23 +74,37 @@ def read_command_line(argv: Sequence[str], options: OptionTable | None = None) -
 
 # An unshipped release's confirmed view, once per process: its whole source is searched for
 # it, and a reload prepares the same release again.
-_CONFIRMED: dict[tuple[str, str, str], tuple[CompatTable, tuple[str, ...]]] = {}
+_CONFIRMED: dict[tuple[str, str, str], tuple[CompatTable, tuple[str, ...], frozenset[str]]] = {}
 
 
 def compat_for(release: Release) -> tuple[CompatTable, tuple[str, ...]]:
     """The backend table as it holds for `release`, and a line about it when it has no table."""
+    compat, notes, _ = checks_for(release)
+    return compat, notes
+
+
+def checks_for(release: Release) -> tuple[CompatTable, tuple[str, ...], frozenset[str]]:
+    """The backend table as it holds for `release`; for a release newer than the tables,
+    one start line saying which checks its own source does not confirm (those only warn),
+    and the size checks among them (by their source, core/sizes.py)."""
     tables = release.tables
     names = tuple(dict.fromkeys(
         name for dest in BACKEND_CHOICES for name in tables.choices.get(dest, ())))
     compat = load_raw_table().for_release(tables.release, names or None)
     if tables.origin == "shipped":
-        return compat, ()
+        return compat, (), frozenset()
     key = (tables.requested, tables.release, str(release.site))
     if key not in _CONFIRMED:
-        confirmed, ok, total = confirmed_only(compat, release.source_text())
+        source = release.source_text()
+        confirmed, ok, total = confirmed_only(compat, source)
+        sized, unsized = confirm_sizes(source)
+        missing = ", ".join(f"{c.kind} ({c.source.split('/')[-1]})" for c in unsized)
         _CONFIRMED[key] = confirmed, (
-            f"SGLang {tables.requested}: not in the tables; {ok} of {total} checks of "
-            f"SGLang {tables.release} confirmed in its source (the rest warn)",)
+            f"SGLang {tables.requested}: not in the tables; {ok} of {total} backend checks "
+            f"of SGLang {tables.release} and {len(sized)} of {len(sized) + len(unsized)} "
+            "size checks confirmed in its source (the rest warn)"
+            + (f"; not confirmed: {missing}" if missing else ""),
+        ), frozenset(c.source for c in unsized)
     return _CONFIRMED[key]
 
 
@@ -116,8 +132,9 @@ def gather(argv: Sequence[str], gpu_sm: str, release: Release, *,
             isolate=isolate, sglang_release=rel,
         )
     model = with_warning(model, distrust)
-    compat, notes = compat_for(release)
-    return Inputs(cl, options, compat, model, draft, resolve_gpu(gpu_sm), release, notes)
+    compat, notes, unconfirmed = checks_for(release)
+    return Inputs(cl, options, compat, model, draft, resolve_gpu(gpu_sm), release, notes,
+                  unconfirmed)
 
 
 def default_state_dir() -> str:
@@ -142,7 +159,8 @@ def decide(inputs: Inputs, policy: PolicyConfig, state_dir: str) -> Decision:
         "1", "true", "yes", "on")  # SGLang's own switch for a longer --context-length
     decision = preflight(inputs.cl, inputs.options, inputs.compat, model=inputs.model,
                          draft=inputs.draft, gpu=inputs.gpu, policy=policy,
-                         derived_dir=derived_dir(state_dir), allow_longer_context=allow)
+                         derived_dir=derived_dir(state_dir), allow_longer_context=allow,
+                         unconfirmed=inputs.unconfirmed)
     if inputs.notes:
         decision = replace(decision, warnings=(*inputs.notes, *decision.warnings))
     return decision

@@ -1,54 +1,54 @@
-"""structlog, configured once: event names with key-values, JSON off a TTY, console on one.
+"""The guard's own log lines: event names with key-values, JSON off a TTY, console on one.
 
 The guard's own events go to stderr; the child's lines are passed through raw, never wrapped.
+
+A small logger of the guard's own rather than structlog: structlog imports asyncio (and with
+it ssl, concurrent.futures, selectors) whichever of its features is used, ~12 MiB of RSS in a
+supervisor that otherwise has no use for them (bench/README.md, memory). The lines are what
+structlog printed with the processors the guard configured (add_log_level, an ISO UTC
+TimeStamper, the redaction below, JSONRenderer or ConsoleRenderer): JSON objects with the
+call's key-values, then `event`, `level` and `timestamp`; on a TTY `timestamp [level] event
+key=value ...` with the keys sorted.
 """
 
 from __future__ import annotations
 
-import logging
+import datetime
+import json
 import sys
-from collections.abc import MutableMapping
+import threading
 from typing import Any, TextIO
 
-# structlog's dev module imports `rich` when it happens to be installed (another package's
-# dependency), only for pretty tracebacks the guard never prints; that import alone costs the
-# long-lived supervisor ~6 MiB of RSS. Marking it absent makes structlog use its plain
-# formatter. It affects this process only, never SGLang.
-sys.modules.setdefault("rich", None)  # type: ignore[arg-type]
+from sglang_guard.core.redact import redact_record
+from sglang_guard.shell import stderrgate
 
-import structlog  # noqa: E402 - must follow the line above
-
-from sglang_guard.core.redact import redact_record  # noqa: E402 - after the rich marker
-from sglang_guard.shell import stderrgate  # noqa: E402 - after the rich marker
+DEBUG, INFO, WARNING, ERROR = 10, 20, 30, 40
+_LEVELS = {"debug": DEBUG, "info": INFO, "warning": WARNING, "error": ERROR}
+_COLOURS = {"debug": "\033[32m", "info": "\033[32m", "warning": "\033[33m", "error": "\033[31m"}
 
 
-def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """Mask secrets in every value (nested too) before it is rendered, as the journal does."""
-    event.update(redact_record(event))
-    return event
+class _Config:
+    """What `configure` set: one per process, read by every logger at each call."""
+
+    def __init__(self) -> None:
+        self.stream: TextIO | None = None  # None: the stderr gate, made on first use
+        self.json = True
+        self.colours = False
+        self.level = INFO
+        self.lock = threading.Lock()
 
 
-def configure(fmt: str = "auto", stream: TextIO | None = None, level: int = logging.INFO) -> None:
-    """Set up structlog for the whole process (`fmt`: auto, json or console)."""
+_config = _Config()
+
+
+def configure(fmt: str = "auto", stream: TextIO | None = None, level: int = INFO) -> None:
+    """Set up logging for the whole process (`fmt`: auto, json or console)."""
     stream = stream or stderrgate.guard_stderr()  # never inside a line of SGLang's stderr
     # The issue's rule: JSON whenever stdout is not a TTY (a unit, a pipe, a container log).
-    use_json = fmt == "json" or (fmt == "auto" and not _isatty(sys.stdout))
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
-        if use_json
-        else structlog.dev.ConsoleRenderer(colors=_isatty(stream))
-    )
-    structlog.configure(
-        processors=[
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            _redact,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
-        cache_logger_on_first_use=False,
-    )
+    _config.json = fmt == "json" or (fmt == "auto" and not _isatty(sys.stdout))
+    _config.colours = not _config.json and _isatty(stream)
+    _config.stream = stream
+    _config.level = level
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -58,6 +58,59 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-def get_logger(name: str = "sglang_guard") -> Any:
-    """A bound structlog logger."""
-    return structlog.get_logger(name)
+def render(event: str, level: str, values: dict[str, Any], *, as_json: bool,
+           colours: bool = False, now: datetime.datetime | None = None) -> str:
+    """One log line (no newline); every value masked as the journal masks it."""
+    record = redact_record({**values, "event": event, "level": level,
+                            "timestamp": _stamp(now)})
+    if as_json:
+        return json.dumps(record, default=repr)
+    stamp, shown = record.pop("timestamp"), record.pop("event")
+    record.pop("level")
+    tag = f"[{level:<9}]"
+    if colours:
+        tag = f"{_COLOURS.get(level, '')}{tag}\033[0m"
+    pairs = " ".join(f"{k}={v!r}" for k, v in sorted(record.items()))
+    return f"{stamp} {tag} {shown:<30} {pairs}".rstrip()
+
+
+def _stamp(now: datetime.datetime | None) -> str:
+    now = now or datetime.datetime.now(tz=datetime.UTC)
+    return now.isoformat().replace("+00:00", "Z")
+
+
+class Logger:
+    """`log.info("event.name", key=value, ...)`, as structlog's bound loggers were called."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def _emit(self, level: str, event: str, values: dict[str, Any]) -> None:
+        if _LEVELS[level] < _config.level:
+            return
+        line = render(event, level, values, as_json=_config.json, colours=_config.colours)
+        with _config.lock:
+            stream = _config.stream = _config.stream or stderrgate.guard_stderr()
+            stream.write(line + "\n")
+            stream.flush()
+
+    def debug(self, event: str, **values: Any) -> None:
+        """Log at debug level (dropped at the default level)."""
+        self._emit("debug", event, values)
+
+    def info(self, event: str, **values: Any) -> None:
+        """Log at info level."""
+        self._emit("info", event, values)
+
+    def warning(self, event: str, **values: Any) -> None:
+        """Log at warning level."""
+        self._emit("warning", event, values)
+
+    def error(self, event: str, **values: Any) -> None:
+        """Log at error level."""
+        self._emit("error", event, values)
+
+
+def get_logger(name: str = "sglang_guard") -> Logger:
+    """A logger (they share the process's configuration)."""
+    return Logger(name)

@@ -8,7 +8,6 @@ so a second `check` does not pay for importing transformers.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -21,8 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
-from sglang_guard.core.facts import ModelFacts, ModelShape
+from sglang_guard.core.facts import CONFIG_FIELDS, ModelFacts, ModelShape
 from sglang_guard.core.limits import MAX_JSON_BYTES, LimitError, check_json
+from sglang_guard.core.sha import sha256
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
 from sglang_guard.shell.files import read_bytes, write_atomic
@@ -33,7 +33,8 @@ PROBE_TIMEOUT_S = 600
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
-_CACHE_VERSION = "2"  # 2: the model shape (heads, MLP widths, context, quantization)
+# 2: the model shape (heads, MLP widths, context, quantization); 4: config_fields
+_CACHE_VERSION = "4"
 # SGLang's CONTEXT_LENGTH_KEYS (srt/utils/hf_transformers/common.py:668, 0.5.23): first found wins.
 _CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
                  "max_position_embeddings")
@@ -255,6 +256,17 @@ def _hub_config_bytes(repo_id: str, revision: str | None) -> tuple[bytes | None,
     return read_bytes(got), ""
 
 
+ENV_FAST = "SGLANG_GUARD_TRANSFORMERS_FAST"  # "0": always the normal `import transformers`
+_BARE = ("transformers", "transformers.models", "transformers.models.auto")
+
+
+class _FastPathBroken(Exception):
+    """The bare-package import met a transformers that does not fit it: import it normally."""
+
+
+_fast_classes: tuple[Any, Any] | None = None  # (AutoConfig, PretrainedConfig), the fast way
+
+
 def _auto_config(
     path: str,
     raw: bytes,
@@ -264,19 +276,128 @@ def _auto_config(
     overrides: Mapping[str, Any],
     table: ArchTable,
 ) -> tuple[tuple[str, ...], str | None, dict[str, Any], str | None, ModelShape]:
-    """Load with AutoConfig (as SGLang's get_config does), apply overrides, read the text config."""
+    """Load with AutoConfig (as SGLang's get_config does), apply overrides, read the text config.
+
+    The fast way first (`_fast_transformers`); where that meets a transformers it does not
+    fit (an import or attribute error anywhere in it), the normal import, from scratch.
+    """
+    global _fast_classes  # noqa: PLW0603 - what this process imported, once
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    fast = _fast_classes is not None or (
+        os.environ.get(ENV_FAST, "1") != "0" and "transformers" not in sys.modules)
+    if fast:
+        try:
+            _fast_classes = _fast_classes or _fast_transformers()
+            return _auto_config_with(_fast_classes, path, raw, revision=revision,
+                                     trust_remote_code=trust_remote_code,
+                                     overrides=overrides, table=table, fast=True)
+        except _FastPathBroken:
+            _fast_classes = None
+            _forget_transformers()
+    return _auto_config_with(_transformers(), path, raw, revision=revision,
+                             trust_remote_code=trust_remote_code, overrides=overrides,
+                             table=table, fast=False)
+
+
+def _transformers() -> tuple[Any, Any]:
+    """(AutoConfig, PretrainedConfig) through `import transformers`."""
     try:
         from transformers import AutoConfig, PretrainedConfig  # noqa: PLC0415 - slow, once
     except ImportError:
         raise ModelError("transformers is not installed for this Python: the guard reads model "
                          "configs with it (pip install 'transformers>=5')") from None
+    return AutoConfig, PretrainedConfig
 
+
+def _fast_transformers() -> tuple[Any, Any]:
+    """(AutoConfig, PretrainedConfig) without running transformers' package `__init__` files.
+
+    `import transformers` builds its lazy import table by reading ~1,700 model files (~0.6 s
+    of a cold `check`); AutoConfig needs none of them. `transformers`, `transformers.models`
+    and `transformers.models.auto` are put in sys.modules as bare packages over their real
+    directories (with `__version__`, which configuration_utils imports from the top), so
+    that `transformers.models.auto.configuration_auto` imports alone; a model's own config
+    module still imports through its real package. This relies on transformers' layout:
+    any import or attribute error raises _FastPathBroken, and the caller imports normally
+    (tests/unit/test_modelprobe_fast.py holds the two ways to the same answers).
+    """
+    import importlib.util  # noqa: PLC0415
+    import types  # noqa: PLC0415
+
+    found = _transformers_package()
+    if found is None:
+        raise _FastPathBroken("transformers is not a package here")
+    root, version = found
+    if version is None:
+        raise _FastPathBroken("no __version__ line in transformers/__init__.py")
+    for name in _BARE:
+        where = root.joinpath(*name.split(".")[1:])
+        if not (where / "__init__.py").is_file():
+            raise _FastPathBroken(f"{where} is not a package")
+        module = types.ModuleType(name)
+        module.__path__ = [str(where)]
+        module.__file__ = str(where / "__init__.py")
+        module.__package__ = name
+        module.__spec__ = importlib.util.spec_from_file_location(
+            name, where / "__init__.py", submodule_search_locations=[str(where)])
+        module.__getattr__ = _submodule_getter(name)  # type: ignore[method-assign]
+        sys.modules[name] = module
+    sys.modules["transformers"].__version__ = version  # type: ignore[attr-defined]
+    try:
+        from transformers.configuration_utils import PretrainedConfig  # noqa: PLC0415
+        from transformers.models.auto.configuration_auto import AutoConfig  # noqa: PLC0415
+    except (ImportError, AttributeError, NameError) as exc:
+        raise _FastPathBroken(str(exc)) from exc
+    return AutoConfig, PretrainedConfig
+
+
+def _submodule_getter(package: str) -> Any:
+    """A module `__getattr__` (PEP 562): `package.x` imports `package.x` when x is a file.
+
+    transformers reaches its submodules as attributes too (`auto.modeling_auto` while it
+    writes a config class's docstring); anything else is an AttributeError, as it would be.
+    """
+    import importlib  # noqa: PLC0415
+
+    def getter(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        try:
+            return importlib.import_module(f"{package}.{attr}")
+        except ModuleNotFoundError as exc:
+            raise AttributeError(f"module {package!r} has no attribute {attr!r}") from exc
+
+    return getter
+
+
+def _forget_transformers() -> None:
+    """Drop every transformers module (bare or real) so that the next import starts afresh."""
+    for name in [n for n in sys.modules if n == "transformers" or n.startswith("transformers.")]:
+        del sys.modules[name]
+
+
+def _auto_config_with(
+    classes: tuple[Any, Any],
+    path: str,
+    raw: bytes,
+    *,
+    revision: str | None,
+    trust_remote_code: bool,
+    overrides: Mapping[str, Any],
+    table: ArchTable,
+    fast: bool,
+) -> tuple[tuple[str, ...], str | None, dict[str, Any], str | None, ModelShape]:
+    AutoConfig, PretrainedConfig = classes
     warning = None
     try:
         config = AutoConfig.from_pretrained(
             path, trust_remote_code=trust_remote_code, revision=revision
         )
+    except (ImportError, AttributeError, NameError) as exc:
+        if fast:
+            raise _FastPathBroken(str(exc)) from exc
+        raise ModelError(f"{path}: transformers rejects this config ({_first_line(exc)})"
+                         ) from None
     except (ValueError, KeyError, OSError) as exc:
         first = _first_line(exc)
         if not trust_remote_code and _needs_remote_code(raw):
@@ -352,6 +473,8 @@ def _shape(config: Any, text: Any) -> ModelShape:
         quant_method=method.lower() if isinstance(method, str) else None,
         weight_block_size=(int(block[0]), int(block[1]))
         if isinstance(block, list | tuple) and len(block) == 2 else None,
+        config_fields=tuple(f for f in CONFIG_FIELDS
+                            if _get(config, f) is not None or _get(text, f) is not None),
     )
 
 
@@ -400,7 +523,7 @@ def _has(obj: Any, name: str) -> bool:
 
 def _cache_key(raw: bytes, revision: str | None, trust: bool,
                overrides: Mapping[str, Any], is_draft: bool) -> str:
-    h = hashlib.sha256()
+    h = sha256()
     for part in (
         _CACHE_VERSION,
         _transformers_version(),
@@ -416,12 +539,39 @@ def _cache_key(raw: bytes, revision: str | None, trust: bool,
 
 
 def _transformers_version() -> str:
-    from importlib import metadata  # noqa: PLC0415 - only needed on a cache lookup
+    """transformers' version as its `__init__.py` states it ("none": not installed).
+
+    Read from the file rather than through importlib.metadata, whose import (email and
+    more) cost a cached `check` ~12 ms; where the file says nothing, metadata answers.
+    """
+    found = _transformers_package()
+    if found is not None and found[1] is not None:
+        return found[1]
+    from importlib import metadata  # noqa: PLC0415 - the rare case
 
     try:
         return metadata.version("transformers")
     except metadata.PackageNotFoundError:
         return "none"
+
+
+def _transformers_package() -> tuple[Path, str | None] | None:
+    """(transformers' package directory, the `__version__` its `__init__.py` sets), without
+    importing it; None when it is not an installed package."""
+    import importlib.util  # noqa: PLC0415
+
+    try:
+        spec = importlib.util.find_spec("transformers")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations or spec.origin is None:
+        return None
+    try:
+        text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    version = re.search(r'^__version__ = "([^"]+)"', text, re.MULTILINE)
+    return Path(next(iter(spec.submodule_search_locations))), version.group(1) if version else None
 
 
 def _cache_get(key: str) -> dict[str, Any] | None:

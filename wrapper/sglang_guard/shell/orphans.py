@@ -19,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ def boot_id() -> str | None:
 
 def new_token() -> str:
     """A fresh run token for one guard's children."""
-    return secrets.token_hex(16)
+    return os.urandom(16).hex()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,6 @@ the same static reader as tools/sglang_tables.py, cached by the dist-info RECORD
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import subprocess
@@ -23,10 +22,14 @@ from sglang_guard.core.releases import (
     known_releases,
     load_release,
 )
+from sglang_guard.core.sha import sha256
 from sglang_guard.errors import InputError
 from sglang_guard.shell.files import write_atomic
 
-_SYS_PATH = "import json, sys; print(json.dumps(sys.path))"
+# The answer is delimited: whatever the interpreter prints before it (a sitecustomize
+# banner, a conda hook) is not read as the answer.
+_MARK = "@@sglang-guard-sys-path@@"
+_SYS_PATH = f"import json, sys; print(); print({_MARK!r} + json.dumps(sys.path))"
 _VERSION_PY = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILINE)
 _FORMAT = 1  # bump when the derived table's shape changes: old cache entries are ignored
 
@@ -44,13 +47,28 @@ class ReleaseFact:
 def interpreter_path(python: str, timeout: float = 10.0) -> list[str]:
     """`sys.path` of `python` as the launch will see it (site processed, sglang not imported)."""
     try:
-        out = subprocess.run(
+        done = subprocess.run(
             [python, "-c", _SYS_PATH], capture_output=True, text=True, timeout=timeout,
-            check=True,
-        ).stdout
+            check=False, stdin=subprocess.DEVNULL,
+        )
     except (OSError, subprocess.SubprocessError) as exc:
         raise InputError(f"cannot ask {python} for its sys.path: {exc}") from exc
-    return [str(p) for p in json.loads(out)]
+    answers = [ln[len(_MARK):] for ln in done.stdout.splitlines() if ln.startswith(_MARK)]
+    try:
+        path = json.loads(answers[-1]) if done.returncode == 0 and answers else None
+    except ValueError:
+        path = None
+    if not isinstance(path, list):
+        said = _last_words(done.stderr) or _last_words(done.stdout) or "no output"
+        raise InputError(f"cannot ask {python} for its sys.path (exit {done.returncode}): "
+                         f"{said}")
+    return [str(p) for p in path]
+
+
+def _last_words(text: str) -> str:
+    """The interpreter's own last lines, as one line (a traceback's last line says why)."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return " | ".join(lines[-3:])[:500]
 
 
 def _metadata_version(text: str) -> str | None:
@@ -86,7 +104,30 @@ def find_release(path: list[str], cwd: Path | None = None) -> ReleaseFact | None
         if match:
             return ReleaseFact(match.group(1), f"version.py:{version_py}", site, None)
         return None  # the package that wins has no version we can read
+    return _dist_only(path, cwd)
+
+
+def _dist_only(path: list[str], cwd: Path | None) -> ReleaseFact | None:
+    """A dist-info without the package beside it (an editable install's import hook)."""
+    for entry in path:
+        site = Path(entry) if entry else (cwd or Path.cwd())
+        for dist in sorted(site.glob("sglang-*.dist-info")):
+            try:
+                version = _metadata_version((dist / "METADATA").read_text(encoding="utf-8"))
+            except OSError:
+                continue
+            if version:
+                return ReleaseFact(version, f"dist-info:{dist / 'METADATA'}", None, None)
     return None
+
+
+def has_sglang(path: list[str], cwd: Path | None = None) -> bool:
+    """True when `import sglang` could find a package (or a dist-info says it is installed)."""
+    for entry in path:
+        site = Path(entry) if entry else (cwd or Path.cwd())
+        if (site / "sglang").is_dir() or any(site.glob("sglang-*.dist-info")):
+            return True
+    return False
 
 
 def read_release(python: str) -> ReleaseFact | None:
@@ -95,7 +136,7 @@ def read_release(python: str) -> ReleaseFact | None:
 
 
 def _cache_key(fact: ReleaseFact) -> str:
-    digest = hashlib.sha256(f"{_FORMAT}:{fact.version}:".encode())
+    digest = sha256(f"{_FORMAT}:{fact.version}:".encode())
     if fact.record is not None:
         digest.update(fact.record.read_bytes())
     elif fact.site is not None:  # a source checkout: the files the reader looks at
@@ -107,10 +148,10 @@ def _cache_key(fact: ReleaseFact) -> str:
 
 
 def _log() -> Any:
-    """structlog, imported only when there is something to say (`check` stays light)."""
-    import structlog  # noqa: PLC0415
+    """The guard's logger, imported only when there is something to say (`check` stays light)."""
+    from sglang_guard.shell.logsetup import get_logger  # noqa: PLC0415
 
-    return structlog.get_logger(__name__)
+    return get_logger(__name__)
 
 
 def derive_release(fact: ReleaseFact, cache_dir: Path) -> ReleaseTables:

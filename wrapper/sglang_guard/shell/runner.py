@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from sglang_guard.core import blockscan
 from sglang_guard.core.group import group_spec
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
@@ -15,7 +16,7 @@ from sglang_guard.core.options import OptionTable
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher, RulePack
-from sglang_guard.errors import ConfigError, GuardError, Refused
+from sglang_guard.errors import ConfigError, GuardError, InputError, Refused
 from sglang_guard.shell.heap import trim_heap
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
 from sglang_guard.shell.journal import Journal
@@ -24,6 +25,7 @@ from sglang_guard.shell.observer import NO_OBSERVER, Observer
 from sglang_guard.shell.packs import load_packs
 from sglang_guard.shell.preflightlog import log_warnings
 from sglang_guard.shell.reloader import Prepare, Reloader
+from sglang_guard.shell.scancache import build_elsewhere, default_store
 from sglang_guard.shell.supervisor import Runtime, run_supervisor
 from sglang_guard.shell.watch import Kind
 from sglang_guard.shell.whichrelease import Release, resolve_release
@@ -110,6 +112,11 @@ class Preflight:
         for finding in decision.findings:
             log.warning("preflight.finding", flag=finding.flag, value=finding.value,
                         action=finding.action, reason=finding.reason)
+        if decision.verdict == "rejected":  # SGLang's parser would exit 2: never launched
+            rejected = [f for f in decision.findings if f.kind == "parser"]
+            raise InputError(
+                f"SGLang {prepared.release.version}'s parser rejects the command line, not "
+                "launched: " + "; ".join(f"{f.flag}: {f.reason}" for f in rejected))
         if decision.verdict == "refused":
             refusals = [f for f in decision.findings if f.action == "refuse"]
             raise Refused("policy refused the command line: " + "; ".join(
@@ -133,10 +140,16 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
                               python=cfg.sglang.python if cfg.sglang.launch else prefix[0],
                               unknown_why="[sglang] launch names no interpreter to read; "
-                                          "set [sglang] python or version")
+                                          "set [sglang] python or version",
+                              runs_sglang=not cfg.sglang.launch)
     preflight = Preflight(opts.state_dir, opts.preflight, journal, release,
                           observer=opts.observer)
-    first = preflight(cfg, opts.argv)
+    try:
+        first = preflight(cfg, opts.argv)
+    except GuardError as exc:  # refused or rejected before any launch: said in the journal
+        if journal is not None:
+            journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})
+        raise
     packs = load_packs(cfg, first.options)
     fleet, first, observer, prepare = _with_fleet(cfg, opts, first, packs, preflight)
     env = Env(options=first.options, matcher=Matcher(packs),
@@ -149,6 +162,8 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                  watch=watched_files(cfg, first), observer=observer)
     get_logger().info("sglang.release", version=release.version, source=release.source,
                       table=release.tables.release, origin=release.tables.origin)
+    store = default_store()  # load the compiled scan; a miss is compiled in a child process
+    blockscan.use_store(store, build=build_elsewhere(store))
     engine, why = env.matcher.prepare_scan()
     if why is not None:  # the log pass-through runs at RE2's speed for these patterns
         get_logger().warning("scan.engine", engine=engine, why=why)

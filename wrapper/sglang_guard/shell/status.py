@@ -22,9 +22,8 @@ from sglang_guard.core.actions import Stop
 from sglang_guard.core.events import Tick
 from sglang_guard.core.guardconfig import TERMINATION_LOG, StatusSection, parse_listen
 from sglang_guard.core.redact import redact_text
-from sglang_guard.errors import EXIT_GIVE_UP, GuardError, InputError, Refused
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_USAGE, GuardError, InputError, Refused
 from sglang_guard.shell.logsetup import get_logger
-from sglang_guard.shell.statusserver import StatusServer
 
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
@@ -33,6 +32,7 @@ if TYPE_CHECKING:
     from sglang_guard.core.machine import Env, State
     from sglang_guard.shell.metrics import Metrics
     from sglang_guard.shell.runner import RunOptions
+    from sglang_guard.shell.statusserver import StatusServer
 
 PATHS = ("/metrics", "/livez", "/readyz", "/startupz", "/status")
 # Which Kubernetes probe goes to which path (deploy/kubernetes/ and the README use these).
@@ -189,6 +189,9 @@ def start(board: StatusBoard, where: tuple[str, int] | None) -> StatusServer | N
     if where is None:
         return None
     try:
+        # http.server (and the ssl it imports) only where the port is on
+        from sglang_guard.shell.statusserver import StatusServer  # noqa: PLC0415
+
         server = StatusServer(board, *where)
     except OSError as exc:  # supervising SGLang matters more than being scraped
         get_logger().error("status.unavailable", listen=f"{where[0]}:{where[1]}",
@@ -235,6 +238,8 @@ def serving(section: StatusSection) -> Iterator[StatusBoard]:
         snap = board.snapshot()
         if snap.exit_code == EXIT_GIVE_UP and snap.gave_up:
             termination_message(section.termination_log, f"sglang-guard gave up: {snap.gave_up}")
+        elif snap.exit_code == EXIT_USAGE and snap.gave_up:  # SGLang's parser rejected the line
+            termination_message(section.termination_log, f"sglang-guard error: {snap.gave_up}")
     finally:
         if server is not None:
             server.close()

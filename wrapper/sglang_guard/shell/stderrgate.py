@@ -75,7 +75,7 @@ class ChildSink:
 
 
 class GuardStream:
-    """The text stream structlog prints to: each complete line goes through the gate."""
+    """The text stream the guard's logger prints to: each complete line goes through the gate."""
 
     def __init__(self, gate: Gate) -> None:
         self._gate = gate

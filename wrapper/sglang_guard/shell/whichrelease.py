@@ -13,9 +13,9 @@ from pathlib import Path
 
 from sglang_guard.core.msgsearch import NOT_SERVER, normalise
 from sglang_guard.core.releases import ReleaseTables, known_releases, load_release
-from sglang_guard.errors import GuardError, InputError
+from sglang_guard.errors import GuardError, InputError, SglangMissing
 from sglang_guard.shell.modelprobe import cache_dir
-from sglang_guard.shell.release import read_release, tables_for
+from sglang_guard.shell.release import find_release, has_sglang, interpreter_path, tables_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +52,24 @@ def _load(version: str, source: str) -> Release:
 
 
 def resolve_release(*, version: str | None, version_source: str, python: str | None,
-                    unknown_why: str = "no --python or --sglang-version given") -> Release:
-    """The release for an explicit `version`, else for interpreter `python`, else the newest."""
+                    unknown_why: str = "no --python or --sglang-version given",
+                    runs_sglang: bool = True) -> Release:
+    """The release for an explicit `version`, else for interpreter `python`, else the newest.
+
+    `runs_sglang`: `python` itself will run SGLang (`python -m sglang.launch_server`, or the
+    interpreter `check --python` names), so one without SGLang is SglangMissing (exit 69).
+    False for a custom launch command (`sglang serve`, `[sglang] launch`), whose SGLang may
+    live elsewhere: then the newest table is used, and the output says so."""
     if version:
         return _load(version, version_source)
     if python:
-        try:
-            fact = read_release(python)
-        except GuardError:
-            fact = None
+        path = interpreter_path(python)  # a failed probe: InputError with its own stderr
+        fact = find_release(path)
+        if fact is None and runs_sglang and not has_sglang(path):
+            shown = ", ".join(p or "''" for p in path)
+            raise SglangMissing(f"{python} has no SGLang: `import sglang` finds no package on "
+                                f"its sys.path [{shown}]; install SGLang there, or name the "
+                                "interpreter that has it (--python, [sglang] python)")
         if fact is not None:
             try:
                 return Release(tables_for(fact, cache_dir()), fact.source, fact.site)

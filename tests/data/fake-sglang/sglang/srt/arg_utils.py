@@ -20,6 +20,11 @@ class Arg:
     no_cli: bool = False
 
 
+def _infer(tp):
+    """SGLang's _infer_type_func: int and float checked, anything else a string."""
+    return tp if tp in (int, float) else str
+
+
 def add_cli_args_from_dataclass(parser, cls):
     hints = get_type_hints(cls, include_extras=True)
     for field in dataclasses.fields(cls):
@@ -34,6 +39,8 @@ def add_cli_args_from_dataclass(parser, cls):
         cli = arg.cli_name or "--" + field.name.replace("_", "-")
         names = [cli] + (arg.aliases or [])
         dest = {"dest": field.name} if cli.lstrip("-").replace("-", "_") != field.name else {}
+        if field.default is not dataclasses.MISSING:  # as SGLang's _field_default passes it
+            dest["default"] = field.default
         if arg.action is not None:
             parser.add_argument(*names, action=arg.action, **dest, **(arg.action_kwargs or {}))
             continue
@@ -42,11 +49,14 @@ def add_cli_args_from_dataclass(parser, cls):
             rest = [a for a in get_args(raw) if a is not type(None)]
             inner = rest[0] if len(rest) == 1 else raw
         if get_origin(inner) is Literal:
-            parser.add_argument(*names, choices=arg.choices or list(get_args(inner)), **dest)
+            values = list(get_args(inner))
+            parser.add_argument(*names, choices=arg.choices or values,
+                                type=arg.type_parser or _infer(type(values[0])), **dest)
         elif get_origin(inner) in (list, typing.List) and arg.type_parser is None:
             parser.add_argument(*names, nargs=arg.nargs or "+", **dest)
         elif inner is bool:
             parser.add_argument(*names, action="store_true", **dest)
         else:
             kw = {"nargs": arg.nargs} if arg.nargs else {}
-            parser.add_argument(*names, choices=arg.choices or None, **kw, **dest)
+            parser.add_argument(*names, choices=arg.choices or None, **kw, **dest,
+                                type=arg.type_parser or _infer(inner))

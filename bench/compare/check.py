@@ -1,0 +1,68 @@
+"""`sglang-guard check` as a whole process, cold (no cached model facts) and cached.
+
+Peers in the same run: reading config.json in a fresh interpreter (the floor any Python tool
+pays), and `AutoConfig.from_pretrained` as a process (what a cold check must at least do,
+the normal way). Median of `runs` (at least 5) each. Bytecode is written and warm first:
+an installed guard has its .pyc files, whatever PYTHONDONTWRITEBYTECODE says here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from measure import REPO, Figure
+
+MODEL = REPO / "configs" / "models" / "tiny-llama"
+ARGV = ["--model-path", str(MODEL), "--attention-backend", "cutedsl_mla"]
+TARGETS = {"cold": 0.5, "cached": 0.1}  # issue 24, seconds (median of 5, whole process)
+
+
+def _timed(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   check=False)
+    return time.perf_counter() - start
+
+
+def measure(tmp: Path, runs: int) -> list[Figure]:
+    """Cold and cached check against the two peer processes."""
+    cache = tmp / "check-cache"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(SGLANG_GUARD_CACHE=str(cache), HF_HUB_OFFLINE="1", TRANSFORMERS_VERBOSITY="error")
+    py = sys.executable
+    check = [py, "-m", "sglang_guard", "check", "--gpu-sm", "auto", "--", *ARGV]
+    floor = [py, "-c", f"import json; json.load(open({str(MODEL / 'config.json')!r}))"]
+    auto = [py, "-c", f"from transformers import AutoConfig; "
+                      f"AutoConfig.from_pretrained({str(MODEL)!r})"]
+    for cmd in (check, auto):  # bytecode written, files in the page cache
+        _timed(cmd, env)
+    got: dict[str, list[float]] = {k: [] for k in ("cold", "cached", "floor", "auto")}
+    for run in range(runs):
+        shutil.rmtree(cache, ignore_errors=True)
+        got["cold"].append(_timed(check, env))
+        got["cached"].append(_timed(check, env))
+        got["floor"].append(_timed(floor, env))
+        got["auto"].append(_timed(auto, env))
+        print(f"  check run {run + 1} cold {got['cold'][-1]:.3f} s  cached "
+              f"{got['cached'][-1]:.3f} s  floor {got['floor'][-1]:.3f} s  AutoConfig "
+              f"{got['auto'][-1]:.3f} s", file=sys.stderr)
+    shutil.rmtree(cache, ignore_errors=True)
+    figures = []
+    for kind, peer, peer_name in (("cold", "auto", "AutoConfig.from_pretrained process"),
+                                  ("cached", "floor", "python -c json.load(config.json)"),
+                                  ("cold", "floor", "python -c json.load(config.json)")):
+        limit = TARGETS[kind]
+        fig = Figure(f"check, {kind}", "s", peer_name, "lower",
+                     f"<= {limit:g} s median" if peer != "floor" or kind == "cached" else "",
+                     guard=got[kind], peer=got[peer],
+                     note=f"model {MODEL.name}, --gpu-sm auto, median of {runs}")
+        if fig.target:
+            fig.met = statistics.median(fig.guard) <= limit
+        figures.append(fig)
+    return figures

@@ -1,0 +1,68 @@
+"""The flood child: launch 1 writes a fatal line idle, beside a flood, or inside one.
+
+    floodchild.py DIR idle|other-stream|same-stream [SGLANG ARGS...]
+
+Launch 1 (still starting: no ready line) writes SGLang-like log lines to stdout as fast as
+the pipe takes them (`other-stream`, `same-stream`) or nothing (`idle`); after FLOOD_S it
+stamps CLOCK_MONOTONIC in DIR/fatal and writes the fatal traceback of reactchild.py (the
+`fa3-requires-sm80-sm90` line, one write of whole lines): on stderr (`idle`,
+`other-stream`) or into the stdout flood between two chunks (`same-stream`). It writes its
+pid to DIR/pid; SIGTERM is not handled, so it ends the process at once, and the bench sees
+that end on a pidfd (a Python-level handler would run only when the main thread next runs
+bytecode). Later launches print the ready line and wait.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+from reactchild import CRASH, READY, SPECIFIC, _stamp
+
+FLOOD_S = 0.5
+AFTER_S = 1.0  # the flood goes on this long after the fatal line, at most (bounds the disk)
+LINE = (b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 512, "
+        b"#cached-token: 0, token usage: 0.01, #running-req: 0, #queue-req: 0\n")
+CHUNK = LINE * (65536 // len(LINE))
+FATAL = ("\n".join([CRASH, '  File "scheduler.py", line 1, in run_scheduler_process', SPECIFIC])
+         + "\n").encode()
+
+
+def main() -> int:
+    """One launch."""
+    workdir, mode = Path(sys.argv[1]), sys.argv[2]
+    fd = os.open(workdir / "launches", os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    os.write(fd, (" ".join(sys.argv[3:]) + "\n").encode())
+    os.close(fd)
+    if len((workdir / "launches").read_text().splitlines()) > 1:
+        print(READY, flush=True)
+        threading.Event().wait()
+        return 0
+
+    (workdir / "pid.tmp").write_text(str(os.getpid()))
+    (workdir / "pid.tmp").replace(workdir / "pid")  # the bench watches this pid's end
+    lock = threading.Lock()  # a stdout write is never cut by the fatal write
+    flooding = mode in ("other-stream", "same-stream")
+
+    stop_at = time.monotonic() + FLOOD_S + AFTER_S
+
+    def flood() -> None:
+        while time.monotonic() < stop_at:
+            with lock:
+                os.write(1, CHUNK)
+
+    if flooding:
+        threading.Thread(target=flood, daemon=True).start()
+    time.sleep(FLOOD_S)
+    with lock:
+        _stamp(workdir / "fatal")
+        os.write(1 if mode == "same-stream" else 2, FATAL)
+    time.sleep(30)  # SIGTERM ends it well before
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
