@@ -22,6 +22,10 @@ def _isolated_env(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
     monkeypatch.delenv("SGLANG_GUARD_CONFIG", raising=False)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    # In-process checks read models through the normal `import transformers`: the fast path
+    # puts bare packages in sys.modules for the rest of the process, which would hide
+    # LlamaConfig from later tests. test_modelprobe_fast runs that path in subprocesses.
+    monkeypatch.setenv("SGLANG_GUARD_TRANSFORMERS_FAST", "0")
     yield
 
 

@@ -187,8 +187,15 @@ def test_oom_ladder_uses_0_5_23_flags() -> None:
     fired: dict[str, int] = {}
     seen = []
     for _ in range(8):
-        # One failure prints torch's line first and SGLang's wrapper after it.
-        fix = _fix(torch_line, _ctx(flags), fired) or _fix(capture, _ctx(flags), fired)
+        # One failure prints torch's line first and SGLang's wrapper after it. As the machine
+        # decides a burst: a rule below zero (the start-phase torch OOM rule) waits for a
+        # later line; the wrapper's rule wins; a wrapper whose rules are spent ends the ladder
+        # (core/machine.py: a fix that did not hold beats a waiting catch-all).
+        early = _fix(torch_line, _ctx(flags), fired)
+        late, spent = first_fix(MATCHER, capture, _ctx(flags), fired)
+        if late is None and spent:
+            break
+        fix = early if early is not None and early.rule.priority >= 0 else (late or early)
         if fix is None:
             break
         fired[fix.rule.id] = fired.get(fix.rule.id, 0) + 1

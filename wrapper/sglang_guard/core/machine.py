@@ -367,6 +367,11 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
         if state.tentative is None:
             actions.append(Schedule("settle", state.gen, SETTLE_S))
             state = replace(state, tentative=CatchAll(fix, event.text))
+        elif (isinstance(state.tentative, CatchAll)
+              and fix.rule.priority > state.tentative.fix.rule.priority):
+            # A nearer catch-all of the same crash (torch's OOM line after the scheduler's
+            # crash banner) takes the waiting one's place; the settle window already runs.
+            state = replace(state, tentative=CatchAll(fix, event.text))
         return state, actions
     new, more = _apply_fix(state, fix, event.text, env)
     return new, actions + more
