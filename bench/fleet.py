@@ -22,13 +22,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from etcdserver import ETCD, EtcdServer  # noqa: E402
 from sglang_guard.core import fleet as core  # noqa: E402
 from sglang_guard.core.argv import parse_command_line  # noqa: E402
 from sglang_guard.core.guardconfig import LearnSection  # noqa: E402
 from sglang_guard.core.options import load_option_table  # noqa: E402
 from sglang_guard.shell.fleet import Fleet  # noqa: E402
 from sglang_guard.shell.fleetstore import open_store  # noqa: E402
+from support.etcdserver import ETCD, EtcdServer  # noqa: E402
 
 OPTIONS = load_option_table()
 USER = ("--model-path", "/m", "--attention-backend", "fa3", "--port", "31000")

@@ -102,7 +102,10 @@ class GuardProc:
         self.journal_path = state_dir / "journal.jsonl"
         self.log_path = log_path
         self._log = log_path.open("wb")
-        full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+        # The status port on a free port of its own (a test's `env` may name one): the
+        # default 9488 may be another guard's on this host (tests/support/fixtures.py).
+        full_env = {**os.environ, "PYTHONUNBUFFERED": "1",
+                    "SGLANG_GUARD_STATUS_LISTEN": "127.0.0.1:0", **(env or {})}
         # Own session: the test's Ctrl-C does not reach it and its pgid is its pid.
         self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True,

@@ -156,7 +156,7 @@ def test_reading_a_watched_file_is_no_change(tmp_path: Path) -> None:
 @pytest.mark.e2e
 def test_help_is_sglangs_own_plus_the_guard(sglang_python: str) -> None:
     """`--help` shows SGLang's real help (from the installed SGLang) and a line about the guard."""
-    from sglang_guard.launch_server import GUARD_LINE  # noqa: PLC0415
+    from sglang_guard.entry import GUARD_LINE  # noqa: PLC0415
 
     out = subprocess.run([sys.executable, "-m", "sglang_guard.launch_server", "--help"],
                          capture_output=True, text=True, timeout=300, check=False,

@@ -21,8 +21,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_guard.core.status import RESTART_CAUSES
+from sglang_guard.entry import GUARD_LINE
 from sglang_guard.errors import EXIT_OK
-from sglang_guard.launch_server import GUARD_LINE
 from sglang_guard.shell.status import ENV_LISTEN
 
 from .guardproc import (

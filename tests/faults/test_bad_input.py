@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from integration.test_cli_run import guard_toml
-from integration.test_supervisor import FA3_LINE, PACK_TEXT, Launcher, ready_then_wait
-from procutil import free_port
 from sglang_guard.errors import EXIT_USAGE
+from support.guards import guard_toml
+from support.harness import Launcher, ready_then_wait
+from support.pack import FA3_LINE, PACK_TEXT
+from support.procs import free_port
 
 DEEP = 100_000
 BOMB = """\

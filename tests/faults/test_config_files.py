@@ -22,18 +22,12 @@ from typing import Any
 
 import pytest
 
-from integration.test_cli_run import Guard, argv_for, finish, guard_toml, leftovers
-from integration.test_supervisor import (
-    FA3_LINE,
-    HealthServer,
-    Launcher,
-    count,
-    journal_events,
-    wait_for,
-)
-from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK, EXIT_USAGE
+from support.guards import Guard, argv_for, finish, guard_toml, leftovers
+from support.harness import HealthServer, Launcher, count, journal_events, wait_for
+from support.pack import FA3_LINE
+from support.procs import free_port
 
 
 def _garbage(path: Path) -> None:

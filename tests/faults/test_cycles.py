@@ -15,11 +15,9 @@ from typing import Any
 import psutil
 import pytest
 
-from integration.test_cli_run import argv_for, guard_toml, leftovers
-from integration.test_supervisor import HealthServer, Launcher, count, ready_then_wait, wait_for
 from sglang_guard.errors import EXIT_OK
-
-from .conftest import GuardRun
+from support.guards import GuardRun, argv_for, guard_toml, leftovers
+from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
 
 RSS_MARGIN_MB = 15.0
 

@@ -18,20 +18,11 @@ from pathlib import Path
 
 import psutil
 
-from integration.conftest import wait_gone
-from integration.test_cli_run import argv_for, guard_toml, leftovers
-from integration.test_supervisor import (
-    HealthServer,
-    Launcher,
-    count,
-    journal_events,
-    ready_then_wait,
-    wait_for,
-)
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
-
-from .conftest import GuardRun
+from support.guards import GuardRun, argv_for, guard_toml, leftovers
+from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.procs import wait_gone
 
 Start = type[GuardRun]
 

@@ -15,20 +15,11 @@ from typing import Any
 import psutil
 import pytest
 
-from integration.test_cli_run import argv_for, guard_toml, leftovers
-from integration.test_supervisor import (
-    FA3_LINE,
-    HealthServer,
-    Launcher,
-    count,
-    journal_events,
-    ready_then_wait,
-    wait_for,
-)
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
-
-from .conftest import GuardRun, sha_of
+from support.guards import GuardRun, argv_for, guard_toml, leftovers, sha_of
+from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.pack import FA3_LINE
 
 LINE = 10 * 1024 * 1024
 RSS_LIMIT_MB = 400  # the guard idles at ~45 MB; a line is matched by its 64 KiB head

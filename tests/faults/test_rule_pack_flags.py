@@ -14,20 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from integration.test_cli_run import Guard, argv_for, finish, guard_toml
-from integration.test_supervisor import (
-    FA3_LINE,
-    PACK_TEXT,
-    HealthServer,
-    Launcher,
-    count,
-    journal_events,
-    ready_then_wait,
-    wait_for,
-)
-from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK, EXIT_USAGE
+from support.guards import Guard, argv_for, finish, guard_toml
+from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.pack import FA3_LINE, PACK_TEXT
+from support.procs import free_port
 
 MARK = "ValueError: pack check marker line"
 

@@ -17,20 +17,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from integration.test_cli_run import guard_toml
-from integration.test_supervisor import (
-    FA3_LINE,
-    PACK_TEXT,
-    HealthServer,
-    Launcher,
-    count,
-    ready_then_wait,
-    wait_for,
-)
 from sglang_guard.cli import main
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
-from unit.conftest import write_llama
+from support.guards import guard_toml
+from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
+from support.models import write_llama
+from support.pack import FA3_LINE, PACK_TEXT
 
 SECRETS = ("sk-abcdefgh12345678", "PASS1234", "AKIAVERYSECRET", "s3cr3tvalue", "hf_abcdefghijklmn")
 URL = "https://bob:PASS1234@collector.example:4317"

@@ -21,20 +21,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from integration.conftest import wait_gone
-from integration.test_cli_run import argv_for, guard_toml, leftovers
-from integration.test_supervisor import (
-    PACK_TEXT,
-    HealthServer,
-    Launcher,
-    count,
-    journal_events,
-    ready_then_wait,
-    wait_for,
-)
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
-from unit.conftest import write_llama
+from support.guards import argv_for, guard_toml, leftovers
+from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.models import write_llama
+from support.pack import PACK_TEXT
+from support.procs import wait_gone
 
 STUBBORN = ("import pathlib, signal, sys, time\n"
             "signal.signal(signal.SIGTERM, lambda *a: pathlib.Path(sys.argv[1]).write_text('x'))\n"
@@ -120,8 +113,9 @@ def test_sigterm_during_the_model_probe_stops_the_probe_and_exits_0(tmp_path: Pa
            "PROBE_MARK": str(mark), "SGLANG_GUARD_CACHE": str(tmp_path / "cache")}
     guard = start(tmp_path, config, state, ["--model-path", str(model), "--port", "12345"],
                   preflight=True, env=env)
-    wait_for(mark.exists, what="the model probe subprocess")
-    probe = int(mark.read_text())
+    # The probe writes its pid; an existing but still empty file is not that yet.
+    probe = int(wait_for(lambda: mark.exists() and mark.read_text().strip(),
+                         what="the model probe subprocess"))
     guard.send_signal(signal.SIGTERM)
     _exited_0_before_launch(guard, tmp_path, state, launcher, within=10)
     assert wait_gone([probe], timeout=5) == [], "the model probe outlived the guard"

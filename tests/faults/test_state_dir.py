@@ -23,21 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from integration.test_cli_run import argv_for, guard_toml, leftovers
-from integration.test_supervisor import (
-    FA3_LINE,
-    HealthServer,
-    Launcher,
-    count,
-    journal_events,
-    ready_then_wait,
-    wait_for,
-)
-from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
-
-from .conftest import GuardRun
+from support.guards import GuardRun, argv_for, guard_toml, leftovers
+from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.pack import FA3_LINE
+from support.procs import free_port
 
 
 @pytest.fixture

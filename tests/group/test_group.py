@@ -8,11 +8,10 @@ import signal
 import time
 from typing import Any
 
-from integration.conftest import wait_gone
-from integration.test_supervisor import HealthServer, wait_for
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST, EXIT_OK, EXIT_REFUSED
-
-from .conftest import OOM_LINE, Group, leader_plan, worker_plan
+from support.group import OOM_LINE, Group, leader_plan, worker_plan
+from support.harness import HealthServer, wait_for
+from support.procs import wait_gone
 
 RULE = "oom-lower-mem-fraction"
 

@@ -21,12 +21,11 @@ from typing import Any
 
 import pytest
 
-from integration.test_supervisor import wait_for
 from sglang_guard.core import groupauth as auth
 from sglang_guard.core.group import encode
 from sglang_guard.errors import EXIT_LEADER_LOST, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
-
-from .conftest import OOM_LINE, Group, leader_plan, worker_plan
+from support.group import OOM_LINE, Group, leader_plan, worker_plan
+from support.harness import wait_for
 
 API_KEY = "grp-api-key-5f1c9a7e3d"  # a value no message or file of the group may hold
 KERNEL_LINE = ("ImportError: /usr/lib/python3/site-packages/sgl_kernel/common_ops.so: "

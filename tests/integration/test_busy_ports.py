@@ -26,8 +26,7 @@ from sglang_guard.core.events import SignalReceived
 from sglang_guard.core.rules import Matcher, load_default_packs
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, GiveUp
 from sglang_guard.shell.supervisor import Supervisor
-
-from .test_supervisor import (
+from support.harness import (
     HealthServer,
     Launcher,
     base_argv,
@@ -73,7 +72,7 @@ signal.sigwait({{signal.SIGTERM}})
 
 
 class Binder(Launcher):
-    """The Launcher of test_supervisor, running BINDER instead of a script."""
+    """The harness's Launcher (support/harness.py), running BINDER instead of a script."""
 
     def __post_init__(self) -> None:
         self.record = self.tmp / "argv.jsonl"

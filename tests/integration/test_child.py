@@ -16,12 +16,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from procutil import survivors
 from sglang_guard.core.events import ChildExited
 from sglang_guard.errors import InputError
 from sglang_guard.shell.child import Child
-
-from .conftest import FAKE, BlockingSink, HashSink, collect, fake_argv, next_line, wait_gone
+from support.children import FAKE, BlockingSink, HashSink, collect, fake_argv, next_line
+from support.procs import survivors, wait_gone
 
 MB = 1 << 20
 

@@ -6,29 +6,18 @@ or a process, never a bare sleep.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import psutil
 import pytest
 
-from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
-
-from .conftest import wait_gone
-from .test_supervisor import (
-    FA3_LINE,
-    HEALTH_HOST,
-    PACK_TEXT,
+from support.guards import Guard, argv_for, finish, guard_toml, leftovers
+from support.harness import (
     HealthServer,
     Launcher,
     count,
@@ -36,76 +25,8 @@ from .test_supervisor import (
     ready_then_wait,
     wait_for,
 )
-
-Guard = Callable[..., subprocess.Popen[bytes]]
-
-
-def guard_toml(tmp: Path, launcher: Launcher, pack: Path, **restart: Any) -> Path:
-    """A guard config: the launcher as SGLang, the test pack only, tiny timings."""
-    restart = {"max_failures": 1, "backoff_initial_s": 0.01, "backoff_max_s": 0.05,
-               "stop_grace_s": 2.0, **restart}
-    lines = ["[sglang]", f"launch = {json.dumps(launcher.command)}", "[restart]"]
-    lines += [f"{k} = {json.dumps(v)}" for k, v in restart.items()]
-    lines += ["[health]", f'host = "{HEALTH_HOST}"', "timeout_s = 2.0",
-              "[rules]", "default_pack = false", f"packs = [{json.dumps(str(pack))}]",
-              "[gpu]", 'sm = "none"', "[log]", 'format = "json"']
-    path = tmp / "guard.toml"
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-@pytest.fixture
-def pack(tmp_path: Path) -> Path:
-    """The test rule pack, as a file the guard config names."""
-    path = tmp_path / "rules.toml"
-    path.write_text(PACK_TEXT)
-    return path
-
-
-@pytest.fixture
-def guard(tmp_path: Path) -> Iterator[Guard]:
-    """Start `sglang-guard run`; whatever is left of it is killed at the end."""
-    procs: list[subprocess.Popen[bytes]] = []
-
-    def start(config: Path, argv: list[str], *, state_dir: Path | None = None
-              ) -> subprocess.Popen[bytes]:
-        cmd = [sys.executable, "-m", "sglang_guard", "run", "--config", str(config),
-               "--state-dir", str(state_dir or tmp_path / "state"), "--no-preflight",
-               "--", *argv]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                stdin=subprocess.DEVNULL, cwd=tmp_path)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            with contextlib.suppress(psutil.Error):
-                for kid in psutil.Process(proc.pid).children(recursive=True):
-                    kid.kill()
-            proc.kill()
-        proc.communicate(timeout=30)
-
-
-def finish(proc: subprocess.Popen[bytes], timeout: float = 30) -> tuple[int, str, str]:
-    """Wait for the guard; its status, stdout and stderr."""
-    out, err = proc.communicate(timeout=timeout)
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-def leftovers(launcher: Launcher) -> list[int]:
-    """Live processes running this test's launcher (grandchildren are named by the pidfile)."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "status"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if proc.info["status"] != psutil.STATUS_ZOMBIE and launcher.command[1] in cmd:
-            found.append(proc.pid)
-    return found
-
-
-def argv_for(port: int, *more: str) -> list[str]:
-    """An SGLang argv for the fake child (a secret included: it must never be logged)."""
-    return ["--model-path", "/models/fake", "--port", str(port), "--api-key", "sekrit-9", *more]
+from support.pack import FA3_LINE, PACK_TEXT
+from support.procs import free_port, wait_gone
 
 
 def test_fatal_line_fix_restart_ready_then_term_exits_0_and_leaves_nothing(
@@ -226,7 +147,9 @@ def test_busy_port_at_start_exits_75_with_a_clear_message(
     assert f"port {port} on 127.0.0.1 is in use" in err
     assert launcher.argvs() == []
     records = journal_events(tmp_path / "state")
-    assert any(r["event"] == "give_up" and str(port) in r["reason"] for r in records)
+    give_up = next(r for r in records if r["event"] == "give_up")
+    assert str(port) in give_up["reason"]
+    assert give_up["cause"] == "port_busy"  # the metrics' label, not read from the message
 
 
 def test_sighup_rereads_the_rule_packs_and_keeps_the_old_on_error(

@@ -14,31 +14,22 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from etcdserver import ETCD, EtcdServer
-from procutil import free_port
 from sglang_guard.core import fleet as core
 from sglang_guard.core.guardconfig import LearnSection
 from sglang_guard.errors import EXIT_OK
 from sglang_guard.shell.fleet import guard_id
 from sglang_guard.shell.fleetstore import Store, open_store
-
-from .test_cli_run import finish, guard  # noqa: F401 - fixture
-from .test_supervisor import (
-    FA3_LINE,
-    HEALTH_HOST,
-    PACK_TEXT,
-    HealthServer,
-    journal_events,
-    wait_for,
-)
-
-Guard = Callable[..., subprocess.Popen[bytes]]
+from support.etcdserver import ETCD, EtcdServer
+from support.guards import Guard, finish
+from support.harness import HEALTH_HOST, HealthServer, journal_events, wait_for
+from support.pack import FA3_LINE, PACK_TEXT
+from support.procs import free_port
 
 SGLANG = """
 import json, signal, sys

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from etcdserver import ETCD, EtcdServer, make_certs
-from procutil import free_port
 from sglang_guard.core.guardconfig import LearnSection
 from sglang_guard.errors import InputError
 from sglang_guard.shell import fleetstore
 from sglang_guard.shell.fleetstore import EtcdStore, FileStore, StoreError, open_store
+from support.etcdserver import ETCD, EtcdServer, make_certs
+from support.procs import free_port
 
 K1, K2 = "1" * 64, "2" * 64
 needs_etcd = pytest.mark.skipif(ETCD is None, reason="etcd-server is not installed")

@@ -28,8 +28,7 @@ from sglang_guard.core.logline import LINE_CAP, clean, is_exception_line
 from sglang_guard.core.rules import Matcher, load_default_packs
 from sglang_guard.core.tracebacks import HEADER
 from sglang_guard.shell.explain import explain_fix
-
-from .test_supervisor import HealthServer, Launcher, journal_events, make_runtime, supervise
+from support.harness import HealthServer, Launcher, journal_events, make_runtime, supervise
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 MATCHER = Matcher(load_default_packs())

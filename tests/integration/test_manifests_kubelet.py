@@ -28,14 +28,20 @@ import psutil
 import pytest
 import yaml
 
-from kubelet import config_map, container_env, empty_dir, expand, toml_dump, update_config_map
-from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
-
-from .test_pid1 import needs_unshare, zombies
-from .test_status_port import get
-from .test_supervisor import HEALTH_HOST, HealthServer, Launcher, journal_events, wait_for
+from support.harness import HEALTH_HOST, HealthServer, Launcher, journal_events, wait_for
+from support.kubelet import (
+    config_map,
+    container_env,
+    empty_dir,
+    expand,
+    toml_dump,
+    update_config_map,
+)
+from support.pid1ns import needs_unshare, zombies
+from support.procs import free_port
+from support.statusport import get
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "kubelet-test-group-secret-0123456789"  # noqa: S105 - a test value

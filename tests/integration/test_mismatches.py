@@ -11,12 +11,12 @@ import pytest
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
+from sglang_guard.entry import guard_config_from_env
 from sglang_guard.errors import EXIT_USAGE, InputError
-from sglang_guard.launch_server import guard_config_from_env
-from unit.conftest import write_llama
-
-from .test_cli_run import guard_toml
-from .test_supervisor import PACK_TEXT, Launcher, ready_then_wait
+from support.guards import guard_toml
+from support.harness import Launcher, ready_then_wait
+from support.models import write_llama
+from support.pack import PACK_TEXT
 
 
 @pytest.fixture

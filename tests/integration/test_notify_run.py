@@ -9,49 +9,18 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from sglang_guard.errors import EXIT_OK
-
-from .test_cli_run import finish, guard_toml, pack  # noqa: F401 - fixture
-from .test_supervisor import HealthServer, Launcher, count, ready_then_wait, wait_for
-
-
-class Listener:
-    """A NOTIFY_SOCKET: collects every datagram with the time it arrived."""
-
-    def __init__(self, path: Path) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        self.sock.bind(str(path))
-        self.sock.settimeout(0.2)
-        self.messages: list[tuple[float, str]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                data = self.sock.recv(4096)
-            except TimeoutError:
-                continue
-            self.messages.append((time.monotonic(), data.decode()))
-
-    def fields(self) -> list[str]:
-        return [f for _, m in self.messages for f in m.split("\n")]
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sock.close()
+from support.guards import finish, guard_toml
+from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
+from support.notify import Listener
 
 
-def test_ready_only_after_health_200_status_and_watchdog(tmp_path: Path, pack: Path) -> None:  # noqa: F811
+def test_ready_only_after_health_200_status_and_watchdog(tmp_path: Path, pack: Path) -> None:
     launcher = Launcher(tmp_path, [ready_then_wait()])
     state = tmp_path / "state"
     listener = Listener(tmp_path / "notify.sock")
@@ -86,7 +55,7 @@ def test_ready_only_after_health_200_status_and_watchdog(tmp_path: Path, pack: P
 
 
 def test_sglang_never_sees_the_notify_socket_and_the_stop_says_stopping(
-        tmp_path: Path, pack: Path) -> None:  # noqa: F811
+        tmp_path: Path, pack: Path) -> None:
     launcher = Launcher(tmp_path, [ready_then_wait()])
     state, seen = tmp_path / "state", tmp_path / "child-env.json"
     # the fake SGLang, behind a first step that writes down the environment it was given

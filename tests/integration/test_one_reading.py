@@ -7,11 +7,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from procutil import free_port
 from sglang_guard.core.rules import Matcher, load_default_packs
 from sglang_guard.shell.supervisor import Runtime
-
-from .test_supervisor import Launcher, base_argv, journal_events, make_runtime, supervise
+from support.harness import Launcher, base_argv, journal_events, make_runtime, supervise
+from support.procs import free_port
 
 TS = "[2026-11-29 16:50:40"
 START = [f"{TS}] server_args=ServerArgs(model_path='/models/fake', tp_size=2)",

@@ -18,8 +18,7 @@ import psutil
 import pytest
 
 from sglang_guard.shell import orphans
-
-from .conftest import wait_gone
+from support.procs import wait_gone
 
 
 @pytest.fixture

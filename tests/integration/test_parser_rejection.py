@@ -12,10 +12,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from procutil import free_port
 from sglang_guard.errors import EXIT_USAGE
-
-from .test_supervisor import Launcher, journal_events
+from support.harness import Launcher, journal_events
+from support.procs import free_port
 
 USAGE = "usage: sglang serve [-h] --model-path MODEL_PATH [--tokenizer-path TOKENIZER_PATH]"
 ERROR = "sglang serve: error: unrecognized arguments: --attention-backendd triton"

@@ -17,9 +17,7 @@ from sglang_guard.core.logline import is_exception_line
 from sglang_guard.core.rules import Matcher, load_default_packs
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
 from sglang_guard.shell.supervisor import Runtime, Supervisor
-
-from .test_supervisor import (
-    FA3_LINE,
+from support.harness import (
     HealthServer,
     Launcher,
     base_argv,
@@ -31,6 +29,7 @@ from .test_supervisor import (
     terminate_when,
     wait_for,
 )
+from support.pack import FA3_LINE
 
 ARGV_FLAGS = ("--attention-backend", "fa3", "--kv-cache-dtype", "fp8_e5m2",
               "--mem-fraction-static", "0.85", "--log-requests")

@@ -7,60 +7,25 @@ that the supervisor's stop kills after SGLang exited: an orphan, reparented to P
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import psutil
-import pytest
 
 from sglang_guard.errors import EXIT_OK
-
-from .test_cli_run import guard_toml
-from .test_supervisor import (
-    PACK_TEXT,
-    HealthServer,
-    Launcher,
-    base_argv,
-    count,
-    ready_then_wait,
-    wait_for,
-)
+from support.guards import guard_toml
+from support.harness import HealthServer, Launcher, base_argv, count, ready_then_wait, wait_for
+from support.pack import PACK_TEXT
+from support.pid1ns import needs_unshare, zombies
 
 LAUNCHES = 3  # each ends in a crash that leaves an orphan
-
-
-def unshare_works() -> bool:
-    """unshare is there and may make a PID namespace (root, or user namespaces allowed)."""
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
-                           capture_output=True, check=False)
-    return probe.returncode == 0
-
-
-needs_unshare = pytest.mark.skipif(not unshare_works(),
-                                   reason="unshare --pid --fork --mount-proc is not allowed here")
 
 
 def namespace_pid1(unshare: psutil.Process) -> psutil.Process:
     """The namespace's PID 1 (unshare's only child), once it runs the guard."""
     return wait_for(lambda: next(iter(unshare.children()), None), what="PID 1 of the namespace")
-
-
-def zombies(pid1: psutil.Process) -> list[psutil.Process]:
-    """Zombies in the namespace: children of PID 1 or of anything below it."""
-    out = []
-    with_children = [pid1, *pid1.children(recursive=True)]
-    for proc in with_children:
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                out.append(proc)
-        except psutil.NoSuchProcess:
-            continue
-    return out
 
 
 def pid1_command(tmp_path: Path, health_port: int) -> tuple[list[str], Launcher]:

@@ -11,12 +11,11 @@ import threading
 import psutil
 import pytest
 
-from procutil import free_port, survivors
 from sglang_guard.errors import InputError
 from sglang_guard.shell.ports import port_is_free, wait_port_free
 from sglang_guard.shell.proctree import find_orphans, stop_tree
-
-from .conftest import collect, fake_argv, next_line, read_pidfile, wait_gone
+from support.children import collect, fake_argv, next_line
+from support.procs import free_port, read_pidfile, survivors, wait_gone
 
 
 def start_tree(spawn, events, pidfile, *, plain: int, setsid: int):

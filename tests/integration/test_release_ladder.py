@@ -14,9 +14,8 @@ from pathlib import Path
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.releases import load_release
 from sglang_guard.errors import EXIT_OK
-
-from .test_cli_run import Guard, finish, guard  # noqa: F401 - the fixture
-from .test_supervisor import HEALTH_HOST, HealthServer, Launcher, count, ready_then_wait, wait_for
+from support.guards import Guard, finish
+from support.harness import HEALTH_HOST, HealthServer, Launcher, count, ready_then_wait, wait_for
 
 # The line SGLang 0.5.12 raises (cuda_graph_runner.py, "Capture cuda graph failed: {e}") with
 # torch's OOM text as seen in public reports (tests/data/sglang-messages-0.5.23.toml has it).
@@ -25,7 +24,7 @@ OOM = ("Exception: Capture cuda graph failed: CUDA out of memory. Tried to alloc
 
 
 def test_a_0_5_12_capture_oom_is_fixed_with_flags_0_5_12_accepts(
-        tmp_path: Path, guard: Guard) -> None:  # noqa: F811 - pytest fixture
+        tmp_path: Path, guard: Guard) -> None:
     crash = [["print", "stderr", "Traceback (most recent call last):"],
              ["print", "stderr", OOM], ["exit", 1]]
     launcher = Launcher(tmp_path, [crash] * 5 + [ready_then_wait()])

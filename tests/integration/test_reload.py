@@ -10,16 +10,8 @@ import signal
 from pathlib import Path
 
 from sglang_guard.errors import EXIT_OK
-
-from .test_cli_run import Guard, finish, guard, guard_toml, pack  # noqa: F401 - fixtures
-from .test_supervisor import (
-    HealthServer,
-    Launcher,
-    count,
-    journal_events,
-    ready_then_wait,
-    wait_for,
-)
+from support.guards import Guard, finish, guard_toml
+from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
 
 
 def _events(state: Path, name: str) -> list[dict[str, object]]:
@@ -27,7 +19,7 @@ def _events(state: Path, name: str) -> list[dict[str, object]]:
 
 
 def test_yaml_edit_restarts_once_invalid_yaml_keeps_serving(
-        tmp_path: Path, pack: Path, guard: Guard) -> None:  # noqa: F811 - pytest fixtures
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
     launcher = Launcher(tmp_path, [ready_then_wait()])
     yaml_file = tmp_path / "sglang.yaml"
     yaml_file.write_text("max-running-requests: 8\n")
@@ -75,7 +67,7 @@ def test_yaml_edit_restarts_once_invalid_yaml_keeps_serving(
 
 
 def test_guard_config_edit_without_command_change_restarts_nothing(
-        tmp_path: Path, pack: Path, guard: Guard) -> None:  # noqa: F811
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
     launcher = Launcher(tmp_path, [ready_then_wait()])
     state = tmp_path / "state"
     with HealthServer() as server:

@@ -13,10 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from procutil import free_port
 from sglang_guard.core.machine import READY_LINE
-
-from .test_supervisor import wait_for
+from support.harness import wait_for
+from support.procs import free_port
 
 FAKE = Path(__file__).resolve().parent.parent / "fakechild.py"
 WRAPPER = """

@@ -14,10 +14,9 @@ from pathlib import Path
 
 from sglang_guard.errors import EXIT_OK
 from sglang_guard.serve import split_args
-
-from .test_cli_run import guard_toml
-from .test_status_port import server  # noqa: F401 - the health-server fixture
-from .test_supervisor import PACK_TEXT, HealthServer, Launcher, count, ready_then_wait, wait_for
+from support.guards import guard_toml
+from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
+from support.pack import PACK_TEXT
 
 
 def test_split_args_reads_the_argv_as_sglang_serve_does() -> None:
@@ -65,7 +64,7 @@ def _serve_until_ready(tmp_path: Path, env: dict[str, str], args: list[str]) -> 
 
 
 def test_serve_launches_sglang_serve_with_the_same_arguments(
-        tmp_path: Path, server: HealthServer) -> None:  # noqa: F811 - the fixture
+        tmp_path: Path, server: HealthServer) -> None:
     launcher = Launcher(tmp_path, [ready_then_wait()])
     env = _env(tmp_path, launcher, with_launch=False)
     args = ["/models/fake", "--port", str(server.port), "--model-type", "llm"]
@@ -74,7 +73,7 @@ def test_serve_launches_sglang_serve_with_the_same_arguments(
                                  "--port", str(server.port)]]
 
 
-def test_a_configured_launch_command_is_kept(tmp_path: Path, server: HealthServer  # noqa: F811
+def test_a_configured_launch_command_is_kept(tmp_path: Path, server: HealthServer
                                              ) -> None:
     launcher = Launcher(tmp_path, [ready_then_wait()])
     env = _env(tmp_path, launcher, with_launch=True)

@@ -3,7 +3,6 @@ prometheus_client's own text parser."""
 
 from __future__ import annotations
 
-import http.client
 import json
 import signal
 import subprocess
@@ -17,7 +16,6 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from procutil import free_port
 from sglang_guard.core import status as model
 from sglang_guard.core.events import SignalReceived
 from sglang_guard.core.guardconfig import HealthSection, StatusSection
@@ -27,13 +25,9 @@ from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, Refused
 from sglang_guard.shell.runner import journal_preflight
 from sglang_guard.shell.status import StatusBoard, serving
 from sglang_guard.shell.supervisor import Supervisor
-
-from .test_cli_run import guard_toml
-from .test_supervisor import (
-    FA3_LINE,
-    GIVE_UP_LINE,
+from support.guards import guard_toml
+from support.harness import (
     HEALTH_HOST,
-    PACK_TEXT,
     HealthServer,
     Launcher,
     base_argv,
@@ -43,19 +37,11 @@ from .test_supervisor import (
     supervise,
     wait_for,
 )
+from support.pack import FA3_LINE, GIVE_UP_LINE, PACK_TEXT
+from support.procs import free_port
+from support.statusport import get
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-def get(address: tuple[str, int], path: str) -> tuple[int, bytes]:
-    """One GET on the status port."""
-    conn = http.client.HTTPConnection(address[0], address[1], timeout=10)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
 
 
 def scrape(address: tuple[str, int]) -> Samples:
@@ -72,13 +58,6 @@ def scrape(address: tuple[str, int]) -> Samples:
 def value(samples: Samples, name: str, **labels: str) -> float:
     """The sample's value; KeyError when it is not exposed at all."""
     return samples[(name, frozenset(labels.items()))]
-
-
-@pytest.fixture
-def server() -> Iterator[HealthServer]:
-    """The HTTP health endpoints the guard probes."""
-    with HealthServer() as srv:
-        yield srv
 
 
 @pytest.fixture
@@ -240,10 +219,8 @@ def test_the_cli_serves_the_port_while_it_runs_and_frees_it(
     pack = tmp_path / "rules.toml"
     pack.write_text(PACK_TEXT)
     launcher = Launcher(tmp_path, [ready_then_wait()])
-    config = guard_toml(tmp_path, launcher, pack)
     port = free_port()
-    with config.open("a") as fh:
-        fh.write(f'[status]\nlisten = "127.0.0.1:{port}"\n')
+    config = guard_toml(tmp_path, launcher, pack, status=f"127.0.0.1:{port}")
     cmd = [sys.executable, "-m", "sglang_guard", "run", "--config", str(config),
            "--state-dir", str(tmp_path / "state"), "--no-preflight", "--",
            *base_argv(server.port)]

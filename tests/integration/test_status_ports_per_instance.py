@@ -19,11 +19,8 @@ import pytest
 from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, DEFAULT_STATUS_PORT, derived_port
 from sglang_guard.errors import EXIT_OK
 from sglang_guard.shell.status import ADDRESS_FILE, sglang_port
-
-from .test_cli_run import guard_toml
-from .test_status_port import get
-from .test_supervisor import (
-    PACK_TEXT,
+from support.guards import guard_toml
+from support.harness import (
     HealthServer,
     Launcher,
     base_argv,
@@ -31,6 +28,8 @@ from .test_supervisor import (
     ready_then_wait,
     wait_for,
 )
+from support.pack import PACK_TEXT
+from support.statusport import get
 
 
 def test_two_guards_on_one_host_each_serve_their_own_status_port(tmp_path: Path) -> None:

@@ -23,21 +23,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from procutil import free_port
 from sglang_guard.errors import EXIT_OK
 from sglang_guard.shell.statusserver import connection_cap
-
-from .test_cli_run import guard_toml
-from .test_supervisor import (
-    FA3_LINE,
-    PACK_TEXT,
-    HealthServer,
-    Launcher,
-    base_argv,
-    count,
-    ready_then_wait,
-    wait_for,
-)
+from support.guards import guard_toml
+from support.harness import HealthServer, Launcher, base_argv, count, ready_then_wait, wait_for
+from support.pack import FA3_LINE, PACK_TEXT
+from support.procs import free_port
 
 IDLE = 1000
 

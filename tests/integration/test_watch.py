@@ -95,7 +95,7 @@ def test_reading_a_file_is_not_a_change(watched: tuple[queue.Queue[Event], Path,
 
 
 def test_a_configmap_update_through_the_data_symlink_swap_is_a_change(tmp_path: Path) -> None:
-    from kubelet import config_map, update_config_map  # noqa: PLC0415
+    from support.kubelet import config_map, update_config_map  # noqa: PLC0415
 
     root = config_map(tmp_path / "etc", {"guard.toml": "a = 1\n", "rules.toml": "b = 1\n"})
     events: queue.Queue[Event] = queue.Queue()

@@ -6,8 +6,7 @@ from sglang_guard.core import machine
 from sglang_guard.core.actions import Spawn, Stop
 from sglang_guard.core.guardconfig import HealthSection, RestartSection
 from sglang_guard.core.rules import Matcher, parse_pack
-
-from .test_machine import OPTIONS, Run, events_of, of, only, record
+from support.machinerun import OPTIONS, Run, events_of, of, only, record
 
 PACK = parse_pack("""
 [pack]

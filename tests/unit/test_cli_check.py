@@ -11,8 +11,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from sglang_guard.cli import main
-
-from .conftest import write_deepseek_v3, write_llama
+from support.models import write_deepseek_v3, write_llama
 
 
 @pytest.fixture(scope="module")

@@ -24,6 +24,7 @@ from packaging.version import Version
 from sglang_guard.core.compat import load_default_table
 from sglang_guard.core.compat_table import load_raw_table
 from sglang_guard.core.msgsearch import holds
+from support.sglang import WHEELS_MISSING, missing
 
 REPO = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("constraint_ranges",
@@ -47,7 +48,7 @@ def _wheels() -> dict[str, Path]:
 def releases() -> list[Any]:
     wheels = _wheels()
     if len(wheels) < len(ranges.releases()):
-        pytest.skip("SGLang wheels not cached (run tools/fetch-sglang-wheels)")
+        missing(WHEELS_MISSING)
     loaded = ranges.load_releases()
     assert loaded is not None
     return loaded

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import tomllib
 from pathlib import Path
@@ -27,6 +26,7 @@ from sglang_guard.core.rules import (
     load_default_pack,
 )
 from sglang_guard.resources import config_path
+from support.sglang import sglang_src
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 MESSAGES: dict[str, Any] = tomllib.loads(
@@ -310,9 +310,7 @@ def test_real_log(path: Path) -> None:
 
 
 def test_sources_cite_lines_that_hold_the_message() -> None:
-    root = Path(os.environ.get("SGLANG_SRC", "/tmp/sgsrc/src"))
-    if not (root / "sglang" / "srt").is_dir():
-        pytest.skip("SGLang 0.5.23 source not unpacked (set SGLANG_SRC)")
+    root = sglang_src()
     bad = []
     for msg in MESSAGES["message"]:
         cite = re.match(r"(sglang/\S+?):(\d+)", msg["source"])
@@ -364,9 +362,7 @@ def test_each_other_release_message_is_caught_by_its_rule(msg: dict[str, str]) -
 
 
 def test_other_release_wordings_are_not_in_0_5_23() -> None:
-    root = Path(os.environ.get("SGLANG_SRC", "/tmp/sgsrc/src"))
-    if not (root / "sglang" / "srt").is_dir():
-        pytest.skip("SGLang 0.5.23 source not unpacked (set SGLANG_SRC)")
+    root = sglang_src()
     pieces = {m["absent_from_0_5_23"] for m in OTHER["message"]}
     found = {
         p

@@ -24,8 +24,7 @@ from sglang_guard.errors import GuardError
 from sglang_guard.shell.inputs import prepare
 from sglang_guard.shell.whichrelease import Release
 from sglang_guard.ui import decision_json, render_decision
-
-from .conftest import write_deepseek_v3, write_llama
+from support.models import write_deepseek_v3, write_llama
 
 BACKEND_DESTS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend",
                  "speculative_draft_attention_backend", "mm_attention_backend")

@@ -20,8 +20,7 @@ from sglang_guard.cli import main
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_USAGE, InputError, SglangMissing
 from sglang_guard.shell.release import interpreter_path
 from sglang_guard.shell.whichrelease import resolve_release
-
-from .test_release_reader import site_with
+from support.sites import site_with
 
 
 def _script(path: Path, body: str) -> str:

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sglang_guard.entry import GUARD_LINE, guard_config_from_env
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_USAGE
-from sglang_guard.launch_server import GUARD_LINE, guard_config_from_env
+from support.sites import site_with
 
 
 def _launch(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
@@ -35,7 +36,6 @@ def test_bad_policy_in_the_environment_is_one_clear_line() -> None:
 
 
 def test_missing_model_is_one_clear_line(tmp_path: Path) -> None:
-    from .test_release_reader import site_with  # noqa: PLC0415
 
     # An interpreter with an SGLang 0.5.23 on its path (without one: exit 69, issue 19).
     site = site_with(tmp_path, "0.5.23")

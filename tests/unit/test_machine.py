@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import signal
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import replace
 
 import pytest
 
 from sglang_guard.core import machine
 from sglang_guard.core.actions import (
-    Action,
     Exit,
     Journal,
     Notify,
@@ -21,167 +19,28 @@ from sglang_guard.core.actions import (
     Spawn,
     Stop,
 )
-from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import (
     ChildExited,
     ChildLine,
-    Event,
     FileChanged,
     HealthResult,
     SignalReceived,
     Tick,
 )
-from sglang_guard.core.guardconfig import HealthSection, RestartSection
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.guardconfig import HealthSection
 from sglang_guard.core.rules import Matcher, parse_pack
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
-
-OPTIONS = load_option_table()
-PACK = parse_pack(
-    """
-[pack]
-name = "t"
-sglang_versions = ">=0.5.23"
-
-[[rules]]
-id = "fa3-sm"
-pattern = 'FlashAttention v3 Backend requires SM>=80'
-action = "drop_flag"
-flags = ["--attention-backend"]
-values = ["fa3"]
-reason = "fa3 needs SM80-90"
-phase = "any"
-
-[[rules]]
-id = "draft-triton"
-pattern = 'draft backend needs MLA'
-action = "set_flag"
-flags = ["--speculative-draft-attention-backend"]
-new_value = "triton"
-phase = "any"
-
-[[rules]]
-id = "two-flags"
-pattern = 'backend pair is bad'
-action = "drop_flag"
-flags = ["--decode-attention-backend", "--attention-backend"]
-max_fires = 2
-
-[[rules]]
-id = "port-busy"
-pattern = 'address already in use'
-action = "give_up"
-reason = "the port is taken"
-
-[[rules]]
-id = "crash"
-pattern = 'Scheduler hit an exception: '
-action = "restart"
-max_fires = 9
-priority = -10
-reason = "scheduler crashed"
-phase = "any"  # as the default pack's scheduler-crash: a crash after ready restarts too
-
-[[rules]]
-id = "just-a-warning"
-pattern = 'harmless warning'
-action = "restart"
-fatal = false
-""",
-    "t.toml",
+from support.machinerun import (
+    ARGV,
+    Run,
+    delay_of,
+    events_of,
+    make_env,
+    of,
+    only,
+    record,
 )
-FA3_LINE = "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90."
-CRASH_LINE = ("[2026-11-29 16:50:00 TP0] Scheduler hit an exception: "
-              "Traceback (most recent call last):")
-DRAFT_LINE = "RuntimeError: draft backend needs MLA"
-ARGV = ("--model-path", "/m", "--attention-backend", "fa3", "--port", "31000")
-JITTER = 0.5  # fixed: every delay is base * 1.125
-
-
-def make_env(*, health: HealthSection | None = None, **restart: Any) -> machine.Env:
-    restart.setdefault("backoff_initial_s", 1.0)
-    restart.setdefault("backoff_factor", 2.0)
-    return machine.Env(
-        options=OPTIONS, matcher=Matcher([PACK]), restart=RestartSection(**restart),
-        health=health or HealthSection(liveness_interval_s=30.0, liveness_failures=2),
-        arch="unknown", sm=None, sglang_version=None, derived_dir="/tmp/derived",
-    )
-
-
-@dataclass
-class Run:
-    """One scripted history: the machine, a fake clock and every action it asked for."""
-
-    env: machine.Env = field(default_factory=make_env)
-    argv: tuple[str, ...] = ARGV
-    now: float = 1000.0
-    state: machine.State = field(init=False)
-    log: list[Action] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.state = machine.State(cl=parse_command_line(self.argv, OPTIONS))
-
-    def start(self) -> list[Action]:
-        self.state, actions = machine.start(self.state, self.env)
-        self.log += actions
-        return actions
-
-    def send(self, event: Event, *, after: float = 0.0) -> list[Action]:
-        self.now += after
-        self.state, actions = machine.step(self.state, event, self.env, self.now, JITTER)
-        self.log += actions
-        return actions
-
-    @property
-    def gen(self) -> int:
-        return self.state.gen
-
-    def line(self, text: str) -> list[Action]:
-        return self.send(ChildLine(self.gen, "stderr", text, len(text)))
-
-    def exited(self, rc: int = 1, *, after: float = 0.0) -> list[Action]:
-        return self.send(ChildExited(self.gen, 4242, rc), after=after)
-
-    def tick(self, name: str) -> list[Action]:
-        return self.send(Tick(name, self.gen))
-
-    def health(self, endpoint: str, ok: bool) -> list[Action]:
-        return self.send(HealthResult(self.gen, endpoint, ok, "HTTP 200" if ok else "HTTP 503"))
-
-    def ready(self) -> list[Action]:
-        assert Probe(self.gen, "/health") in self.line(machine.READY_LINE)
-        return self.health("/health", ok=True)
-
-    def backoff_then_spawn(self) -> Spawn:
-        """After a failure: the backoff timer fires and the next launch starts."""
-        assert self.state.phase == "backoff"
-        spawn: Spawn = only(self.tick("backoff"), Spawn)
-        return spawn
-
-
-def of(actions: list[Action], kind: type[Any]) -> list[Any]:
-    return [a for a in actions if isinstance(a, kind)]
-
-
-def only(actions: list[Action], kind: type[Any]) -> Any:
-    found = of(actions, kind)
-    assert len(found) == 1, f"want one {kind.__name__} in {actions}"
-    return found[0]
-
-
-def events_of(actions: list[Action]) -> list[str]:
-    return [a.record["event"] for a in of(actions, Journal)]
-
-
-def record(actions: list[Action], event: str) -> dict[str, Any]:
-    found = [dict(a.record) for a in of(actions, Journal) if a.record["event"] == event]
-    assert len(found) == 1, f"want one {event!r} in {events_of(actions)}"
-    return found[0]
-
-
-def delay_of(actions: list[Action], name: str) -> float:
-    return float(next(a.delay for a in of(actions, Schedule) if a.name == name))
-
+from support.pack import CRASH_LINE, DRAFT_LINE, FA3_LINE
 
 # --- start and readiness -------------------------------------------------------------------
 

@@ -9,11 +9,8 @@ from sglang_guard.core.actions import Exit, Probe, Schedule, Spawn, Stop
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import GroupExit, GroupReady, GroupRelaunch, PeerDown, PeerLine
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST
-
-from .test_machine import (
+from support.machinerun import (
     ARGV,
-    CRASH_LINE,
-    FA3_LINE,
     OPTIONS,
     Run,
     events_of,
@@ -22,6 +19,7 @@ from .test_machine import (
     only,
     record,
 )
+from support.pack import CRASH_LINE, FA3_LINE
 
 
 def leader() -> Run:

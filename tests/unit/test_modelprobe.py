@@ -14,8 +14,7 @@ import pytest
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.shell import modelprobe
 from sglang_guard.shell.modelprobe import cache_dir, parse_overrides, resolve_model
-
-from .conftest import write_deepseek_v3, write_llama
+from support.models import write_deepseek_v3, write_llama
 
 
 @pytest.fixture(scope="session")

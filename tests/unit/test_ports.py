@@ -33,6 +33,7 @@ from sglang_guard.core.status import phase_of
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, ConfigError
 from sglang_guard.shell import ports
 from sglang_guard.shell.explain import fix_as_dict, render_fix
+from support.sglang import WHEELS_MISSING, missing
 
 OPTIONS = load_option_table()
 MATCHER = Matcher(load_default_packs())
@@ -358,7 +359,7 @@ def wheels() -> dict[str, Any]:
     spec.loader.exec_module(tool)
     found = {v: sorted(tool.wheel_dir().glob(f"sglang-{v}-*.whl")) for v in _releases()}
     if not all(found.values()):
-        pytest.skip("SGLang wheels not cached (run tools/fetch-sglang-wheels)")
+        missing(WHEELS_MISSING)
     return {v: zipfile.ZipFile(w[0]) for v, w in found.items()}
 
 

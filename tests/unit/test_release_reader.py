@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -17,26 +16,10 @@ from sglang_guard.shell.release import (
     interpreter_path,
     tables_for,
 )
+from support.sites import site_with
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "data" / "fake-sglang"
-
-
-def site_with(tmp_path: Path, version: str | None, *, package: bool = True,
-              version_py: str | None = None) -> Path:
-    site = tmp_path / "site-packages"
-    site.mkdir(parents=True, exist_ok=True)
-    if package:
-        shutil.copytree(FAKE / "sglang", site / "sglang", dirs_exist_ok=True)
-    if version_py is not None:
-        (site / "sglang" / "version.py").write_text(f'__version__ = "{version_py}"\n')
-    if version is not None:
-        dist = site / f"sglang-{version}.dist-info"
-        dist.mkdir()
-        (dist / "METADATA").write_text(
-            f"Metadata-Version: 2.1\nName: sglang\nVersion: {version}\n\nVersion: not-this\n")
-        (dist / "RECORD").write_text("sglang/__init__.py,sha256=abc,10\n")
-    return site
 
 
 def test_version_from_dist_info(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from sglang_guard.core.sgl_arch import arch_lists
 from sglang_guard.core.sgl_ast import Evaluator, Unknown
 from sglang_guard.core.sgl_options import option_dump, release_table
 from sglang_guard.shell.sglsource import dir_reader
+from support.sglang import WHEELS_MISSING, missing
 
 REPO = Path(__file__).resolve().parents[2]
 FAKE = REPO / "tests" / "data" / "fake-sglang"
@@ -96,12 +97,12 @@ def _wheel(version: str) -> Path | None:
     return hits[0] if hits else None
 
 
-@pytest.mark.skipif(_wheel("0.5.23") is None, reason="0.5.23 wheel not cached")
 def test_0523_wheel_reads_like_the_argparse_dump() -> None:
     from sglang_guard.shell.sglsource import wheel_reader  # noqa: PLC0415
 
     wheel = _wheel("0.5.23")
-    assert wheel is not None
+    if wheel is None:
+        missing("0.5.23 wheel not cached (run tools/fetch-sglang-wheels)")
     static, _ = option_dump(wheel_reader(wheel), "0.5.23")
     dump = json.loads((REPO / "configs/sglang/options-0.5.23.json").read_text())
     unordered = set(static["unordered_choices"])
@@ -115,8 +116,9 @@ def _all_wheels() -> bool:
     return all(_wheel(v) is not None for v in lines if v and not v.startswith("#"))
 
 
-@pytest.mark.skipif(not _all_wheels(), reason="run tools/fetch-sglang-wheels first")
 def test_every_shipped_table_regenerates_from_its_wheel() -> None:
+    if not _all_wheels():
+        missing(WHEELS_MISSING)
     sys.path.insert(0, str(REPO / "tools"))
     try:
         import sglang_tables  # type: ignore[import-not-found]  # noqa: PLC0415
@@ -130,8 +132,9 @@ def test_every_shipped_table_regenerates_from_its_wheel() -> None:
         shipped / "spellings.json").read_text()
 
 
-@pytest.mark.skipif(not _all_wheels(), reason="run tools/fetch-sglang-wheels first")
 def test_every_rename_cites_the_line_of_its_note() -> None:
+    if not _all_wheels():
+        missing(WHEELS_MISSING)
     from sglang_guard.core.renames import load_renames  # noqa: PLC0415
     from sglang_guard.shell.sglsource import wheel_reader  # noqa: PLC0415
 
@@ -168,7 +171,7 @@ def test_table_equals_the_releases_own_parser_where_it_imports_without_torch(
 
     wheel = _wheel(version)
     if wheel is None:
-        pytest.skip(f"{version} wheel not cached")
+        missing(f"{version} wheel not cached (run tools/fetch-sglang-wheels)")
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(tmp_path, [n for n in archive.namelist() if n.startswith("sglang/")])
     out = subprocess.run(

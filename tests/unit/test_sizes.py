@@ -67,13 +67,10 @@ def test_every_check_names_its_source_and_releases() -> None:
 
 
 def test_a_newer_release_keeps_the_checks_its_source_holds() -> None:
-    import os  # noqa: PLC0415
-
     from sglang_guard.core.msgsearch import NOT_SERVER, normalise  # noqa: PLC0415
+    from support.sglang import sglang_src  # noqa: PLC0415
 
-    root = Path(os.environ.get("SGLANG_SRC", "/nonexistent"))
-    if not (root / "sglang" / "srt").is_dir():
-        pytest.skip("the installed SGLang source is not here (set SGLANG_SRC)")
+    root = sglang_src()
     text = normalise("\n".join(
         p.read_text(encoding="utf-8", errors="replace")
         for p in sorted((root / "sglang").rglob("*.py"))

@@ -90,15 +90,17 @@ def test_time_to_ready_is_from_the_launch_and_ready_sets_the_gauge() -> None:
     assert snap.ready
 
 
+# The label is the cause the give-up record names (tests/unit/test_outcomes.py: from where
+# the machine and the shell give up, whatever the message says).
 @pytest.mark.parametrize(("records", "label"), [
-    ([{"event": "give_up", "reason": "crash loop: 5 failures within 600s (last: x)"}],
-     "crash_loop"),
-    ([{"event": "give_up", "reason": "fa3 fired again after its fix was applied, and no"}],
-     "fix_not_held"),
+    ([{"event": "give_up", "reason": "crash loop: 5 failures within 600s (last: x)",
+       "cause": "crash_loop"}], "crash_loop"),
+    ([{"event": "give_up", "reason": "fa3 fired again after its fix was applied, and no",
+       "cause": "fix_not_held"}], "fix_not_held"),
     ([{"event": "give_up.planned", "rule": "port-busy", "reason": "taken"},
-      {"event": "give_up", "reason": "port-busy: taken"}], "rule"),
-    ([{"event": "give_up", "reason": "port 30000 on 127.0.0.1 is in use by another process"}],
-     "port_busy"),
+      {"event": "give_up", "reason": "port-busy: taken", "cause": "rule"}], "rule"),
+    ([{"event": "give_up", "reason": "port 30000 on 127.0.0.1 is in use by another process",
+       "cause": "port_busy"}], "port_busy"),
     ([{"event": "give_up", "reason": "something new"}], "other"),
 ])
 def test_give_up_reasons_become_a_small_label_set(records: list[Any], label: str) -> None:
@@ -198,7 +200,8 @@ def test_stage_records_from_a_start_hang_watcher_need_no_wiring() -> None:
                          EXIT, start(2)], snap)
     assert counts[-1].restart == "stalled"
     snap, counts = fold([{"event": "start.stalled", "stage": "distributed init"},
-                         {"event": "give_up", "reason": "start stalled in distributed init"}])
+                         {"event": "give_up", "reason": "start stalled in distributed init",
+                          "cause": "stalled"}])
     assert counts[-1].give_up == "stalled"
     assert not model.startup_ok(snap)
 

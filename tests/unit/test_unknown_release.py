@@ -7,7 +7,6 @@ let only the checks whose message the source holds act, and say how many in one 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -16,8 +15,8 @@ import pytest
 from sglang_guard.core.preflight import Decision
 from sglang_guard.shell.inputs import compat_for
 from sglang_guard.shell.whichrelease import Release, resolve_release
-
-from .conftest import write_llama
+from support.models import write_llama
+from support.sglang import sglang_src
 
 
 def _site(tmp: Path, version: str, source: Path | None, without: str = "") -> Path:
@@ -56,9 +55,7 @@ def test_without_source_every_check_only_warns(tmp_path: Path,
 
 def test_with_source_the_checks_it_holds_act(tmp_path: Path,
                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    src = Path(os.environ.get("SGLANG_SRC", "/nonexistent")) / "sglang"
-    if not (src / "srt").is_dir():
-        pytest.skip("the installed SGLang source is not here (set SGLANG_SRC)")
+    src = sglang_src() / "sglang"
     # A "0.5.24" whose arg_groups/overrides.py is gone: the checks cited there lose their
     # message in this source, the others keep theirs.
     site = _site(tmp_path, "0.5.24", src, without="srt/arg_groups/overrides.py")
@@ -101,9 +98,7 @@ def test_without_source_the_size_checks_warn_and_say_so(tmp_path: Path,
 
 def test_with_source_a_size_check_it_still_has_acts(tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    src = Path(os.environ.get("SGLANG_SRC", "/nonexistent")) / "sglang"
-    if not (src / "srt").is_dir():
-        pytest.skip("the installed SGLang source is not here (set SGLANG_SRC)")
+    src = sglang_src() / "sglang"
     monkeypatch.setenv("SGLANG_GUARD_CACHE", str(tmp_path / "cache"))
     for gone, action in (("", "refuse"), ("srt/arg_groups/validation_hook.py", "warn")):
         tmp = tmp_path / (gone.replace("/", "_") or "whole")

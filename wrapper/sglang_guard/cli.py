@@ -1,9 +1,8 @@
-"""`sglang-guard` commands. The only place that turns errors into exit statuses."""
+"""`sglang-guard` commands; errors become exit statuses in `entry.guarded`."""
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -13,42 +12,17 @@ import click
 
 from sglang_guard import __version__
 from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig, with_overrides
+from sglang_guard.entry import guarded, run_process
 from sglang_guard.errors import (
-    EXIT_INTERNAL,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_REMEDIATED,
     EXIT_USAGE,
-    GuardError,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
 _VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED,
                  "rejected": EXIT_USAGE}
-
-
-def guarded(fn: F) -> F:
-    """Run a command body: a GuardError becomes one line on stderr and its exit status."""
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except GuardError as exc:
-            click.echo(f"sglang-guard: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            sys.exit(130)
-        except click.ClickException:
-            raise  # click prints usage errors itself (exit 2)
-        except Exception as exc:  # a bug: one line unless debugging is asked for
-            if os.environ.get("SGLANG_GUARD_DEBUG"):
-                raise
-            click.echo(f"sglang-guard: internal error: {type(exc).__name__}: {exc} "
-                       "(set SGLANG_GUARD_DEBUG=1 for a traceback)", err=True)
-            sys.exit(EXIT_INTERNAL)
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper  # type: ignore[return-value]
 
 
 def _common(fn: F) -> F:
@@ -174,24 +148,14 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
       76  a group worker lost its leader (or never reached it)
       78  the policy refused the command line (or a group leader refused this node)
     """
-    from sglang_guard.shell import logsetup  # noqa: PLC0415
-    from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
-    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
-    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
-    from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
-
     cfg = load_config(config_path, policy, gpu_sm)
-    logsetup.configure(log_format or cfg.log_format)
 
     def overrides(fresh: GuardConfig) -> GuardConfig:
         return with_overrides(fresh, policy, gpu_sm)
 
-    argv = tuple(sglang_args(cfg, args))
-    opts = RunOptions(argv=argv, python=python,
-                      state_dir=state_dir or cfg.state_dir or default_run_state_dir(argv),
-                      preflight=not no_preflight, argv_from_config=not args,
-                      overrides=overrides)
-    exit_process(run_guarded(cfg, opts, run_with_status))
+    run_process(cfg, sglang_args(cfg, args), python=python, state_dir=state_dir,
+                preflight=not no_preflight, log_format=log_format, argv_from_config=not args,
+                overrides=overrides)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,

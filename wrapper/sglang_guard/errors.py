@@ -60,9 +60,14 @@ class Refused(GuardError):
 
 
 class GiveUp(GuardError):
-    """The supervisor stopped trying; the message says why."""
+    """The supervisor stopped trying; the message says why, `cause` says it for the metrics
+    (a `core.outcomes.GiveUpCause` value)."""
 
     exit_code = EXIT_GIVE_UP
+
+    def __init__(self, message: str, cause: str = "other") -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 class LeaderLost(GuardError):

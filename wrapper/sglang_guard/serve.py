@@ -5,7 +5,7 @@ positional argument or as `--model-path`, picks a backend with `--model-type` (d
 auto), and hands the rest to launch_server's parser. The guard reads the same argv: the
 positional model becomes `--model-path` for preflight, `--model-type` stays with the launch
 command, and the child is `sglang serve …`. Guard settings come from the environment and
-config files, as for the drop-in launcher.
+config files, as for the drop-in launcher; the run itself is entry.py's.
 """
 
 from __future__ import annotations
@@ -17,8 +17,14 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from sglang_guard.cli import guarded
-from sglang_guard.launch_server import guard_config_from_env, print_sglang_help, python
+from sglang_guard.entry import (
+    guard_config_from_env,
+    guarded,
+    preflight_from_env,
+    print_sglang_help,
+    python,
+    run_process,
+)
 
 _SELECTOR = "--model-type"
 
@@ -72,19 +78,9 @@ def main(args: Sequence[str]) -> None:
 
 @guarded
 def _serve(args: list[str]) -> None:
-    from sglang_guard.shell import logsetup  # noqa: PLC0415
-    from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
-    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
-    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
-    from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
-
     cfg = guard_config_from_env()
-    logsetup.configure(cfg.log_format)
     own, server_args = split_args(args)
     py = os.environ.get("SGLANG_GUARD_PYTHON") or cfg.sglang.python or sys.executable
     launch = (*(cfg.sglang.launch or (*sglang_command(py), "serve")), *own)
     cfg = replace(cfg, sglang=replace(cfg.sglang, launch=launch, python=py))
-    opts = RunOptions(argv=server_args, python=py,
-                      state_dir=cfg.state_dir or default_run_state_dir(server_args),
-                      preflight=os.environ.get("SGLANG_GUARD_PREFLIGHT", "1") != "0")
-    exit_process(run_guarded(cfg, opts, run_with_status))
+    run_process(cfg, server_args, python=py, preflight=preflight_from_env())

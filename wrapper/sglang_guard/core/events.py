@@ -156,6 +156,14 @@ class PortChosen:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class JobDone:
+    """A slow step the loop handed to a job (shell/jobs.py) has finished: the loop takes its
+    result and carries on where it left off; the machine never sees this event."""
+
+    job: int  # the job's number, as `Jobs.start` gave it
+
+
 Event = (ChildLine | ChildOutput | ChildStage | ChildExited | HealthResult | Tick
          | SignalReceived | FileChanged | CommandChanged | PeerLine | PeerDown | GroupRelaunch
-         | GroupReady | GroupExit | PortChosen)
+         | GroupReady | GroupExit | PortChosen | JobDone)

@@ -47,6 +47,7 @@ from sglang_guard.core.events import (
 from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSection
 from sglang_guard.core.logline import crash_signature
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import (
     Fix,
@@ -102,6 +103,7 @@ class Pending:
     reason: str = ""
     failure: bool = False  # counts toward the crash-loop limit and the backoff
     port_fix: PortFix | None = None  # restart only after the shell's PortChosen
+    cause: GiveUpCause = GiveUpCause.OTHER  # an exit that gives up: why (the metrics' label)
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,7 +311,7 @@ def _on_stall_tick(state: State, event: Tick, env: Env, now: float
                        "action": env.start.on_stall})
     notify = Notify(status=f"start stalled in {stalled.stage}")
     if env.start.on_stall == "give_up":
-        pending = Pending("exit", code=EXIT_GIVE_UP, reason=reason)
+        pending = Pending("exit", code=EXIT_GIVE_UP, reason=reason, cause=GiveUpCause.STALLED)
         new, actions = _stop(state, pending, "start stalled")
         return new, [journal, Journal({"event": "give_up.planned", "gen": state.gen,
                                        "reason": reason}), notify, *actions]
@@ -398,13 +400,15 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
     base = {"trigger": "log", "rule": rule.id, "line": line, "gen": state.gen}
     if fix.action == "environment":
         diagnosis = fix.diagnosis or rule.reason
-        pending = Pending("exit", code=EXIT_ENVIRONMENT, reason=f"{rule.id}: {diagnosis}")
+        pending = Pending("exit", code=EXIT_ENVIRONMENT, reason=f"{rule.id}: {diagnosis}",
+                          cause=GiveUpCause.RULE)
         new, actions = _stop(state, pending, f"rule {rule.id}")
         return new, [Journal({"event": "give_up.planned", **base, "class": "environment",
                               "reason": diagnosis}),
                      Notify(status=f"environment failure: {diagnosis}"), *actions]
     if fix.action == "parser_exit":  # SGLang's parser exits 2: the same line fails the same
-        pending = Pending("exit", code=EXIT_USAGE, reason=f"{rule.id}: {line.strip()}")
+        pending = Pending("exit", code=EXIT_USAGE, reason=f"{rule.id}: {line.strip()}",
+                          cause=GiveUpCause.RULE)
         new, actions = _stop(state, pending, f"rule {rule.id}")
         return new, [Journal({"event": "give_up.planned", **base, "class": "usage",
                               "reason": rule.reason}),
@@ -412,7 +416,8 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
                      *actions]
     if fix.action == "give_up":
         why = fix.diagnosis or rule.reason  # the reason with the line's port, address, name
-        pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {why}")
+        pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {why}",
+                          cause=GiveUpCause.RULE)
         new, actions = _stop(state, pending, f"rule {rule.id}")
         return new, [Journal({"event": "give_up.planned", **base, "reason": why}), *actions]
     if fix.action == "undo_guard_edit" and state.before_fix is not None:
@@ -494,7 +499,8 @@ def _on_port(state: State, event: PortChosen, env: Env) -> tuple[State, list[Act
                f"{event.port} ({'; '.join(rejected)})").replace("SGLang  ", "SGLang ")
         done = replace(state, phase="done", pending=None)
         return done, [Journal({"event": "give_up.planned", **base, "reason": why}),
-                      Journal({"event": "give_up", "reason": why}), Exit(EXIT_GIVE_UP, why)]
+                      Journal({"event": "give_up", "reason": why, "cause": GiveUpCause.RULE}),
+                      Exit(EXIT_GIVE_UP, why)]
     journal = _remediated(pending.cl, new_cl, fix, str(event.port), base=base, env=env)
     status = Notify(status=f"remediated {fix.flag} ({rule.id}): port {event.port}, restarting")
     state = replace(state, before_fix=(pending.cl, fix.flag or ""))
@@ -520,7 +526,7 @@ def _refuse_fix(state: State, fix: Fix, line: str, env: Env, rejected: tuple[str
     if nxt is not None and nxt.rule.priority >= 0:
         new, actions = _apply_fix(state, nxt, line, env)
         return new, [journal, *actions]
-    pending = Pending("exit", code=EXIT_GIVE_UP, reason=why)
+    pending = Pending("exit", code=EXIT_GIVE_UP, reason=why, cause=GiveUpCause.RULE)
     new, actions = _stop(state, pending, f"rule {fix.rule.id}")
     return new, [journal, Journal({"event": "give_up.planned", "rule": fix.rule.id,
                                    "line": line, "gen": state.gen, "reason": why}), *actions]
@@ -541,7 +547,8 @@ def _repeat(state: State, rule_id: str, line: str, env: Env, actions: list[Actio
     reason = (f"{rule_id} fired again after its fix was applied, and no earlier command line "
               "reached ready")
     journal = Journal({"event": "give_up.planned", **base, "reason": reason})
-    new, more = _stop(state, Pending("exit", code=EXIT_GIVE_UP, reason=reason), f"repeat {rule_id}")
+    new, more = _stop(state, Pending("exit", code=EXIT_GIVE_UP, reason=reason,
+                                     cause=GiveUpCause.FIX_NOT_HELD), f"repeat {rule_id}")
     return new, [*actions, journal, *more]
 
 
@@ -610,7 +617,8 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
     pending = state.pending
     if pending is not None and pending.kind == "exit":
         if pending.code in (EXIT_GIVE_UP, EXIT_ENVIRONMENT, EXIT_USAGE):  # journaled alike
-            journal.append(Journal({"event": "give_up", "reason": pending.reason}))
+            journal.append(Journal({"event": "give_up", "reason": pending.reason,
+                                    "cause": pending.cause}))
         return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
     if pending is None and env.role == "worker":  # the leader counts it and says what next
         return replace(state, phase="held"), [
@@ -644,7 +652,8 @@ def _failure(state: State, env: Env, cl: CommandLine, reason: str, *, now: float
     if len(failures) >= cfg.max_failures:
         why = f"crash loop: {len(failures)} failures within {cfg.window_s:g}s (last: {reason})"
         done = replace(state, phase="done", failures=failures)
-        return done, [*journal, Journal({"event": "give_up", "reason": why}),
+        return done, [*journal, Journal({"event": "give_up", "reason": why,
+                                         "cause": GiveUpCause.CRASH_LOOP}),
                       Exit(EXIT_GIVE_UP, why)]
     delay = backoff_delay(state.attempt, initial=cfg.backoff_initial_s, factor=cfg.backoff_factor,
                           maximum=cfg.backoff_max_s, jitter=jitter)

@@ -13,14 +13,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.core.redact import redact_text
 
-PHASES = ("preflight", "starting", "loading", "ready", "backoff", "stopping", "stopped")
+# "held": a worker whose SGLang exited, waiting for its group's leader.
+PHASES = ("preflight", "starting", "loading", "ready", "backoff", "stopping", "held", "stopped")
 # Why a launch after the first one happened (the first is "start").
 RESTART_CAUSES = ("crash", "liveness", "ready_timeout", "stalled", "reload", "fix")
 LAUNCH_REASONS = ("start", *RESTART_CAUSES)
-GIVE_UP_REASONS = ("crash_loop", "fix_not_held", "rule", "port_busy", "stalled", "refused",
-                   "other")
+GIVE_UP_REASONS = tuple(c.value for c in GiveUpCause)  # the cause a give-up record names
 RELOAD_OUTCOMES = ("applied", "restart", "rejected")
 # Fleet memory (shell/fleet.py): lookups and what came of them, and the store writes.
 FLEET_KINDS = ("lookup", "hit", "known_bad_skip", "refused", "publish", "confirm", "known_bad",
@@ -136,7 +137,8 @@ def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
                        ), Counts()
     if event == "give_up":
         reason = str(record.get("reason", ""))
-        return replace(snap, gave_up=reason), Counts(give_up=give_up_reason(reason, snap))
+        cause = GiveUpCause.of(record.get("cause"))  # set where it is known, never parsed
+        return replace(snap, gave_up=reason), Counts(give_up=cause.value)
     if event == "backoff":
         delay = float(record.get("delay_s", 0.0))
         return replace(snap, backoff_until=wall + delay), Counts()
@@ -191,21 +193,6 @@ def _remediation(snap: Snapshot, record: Mapping[str, Any]) -> tuple[Snapshot, C
     # launch.
     cause = snap.cause if trigger in ("preflight", "fleet") else "fix"
     return replace(snap, last_remediation=last, cause=cause), Counts(remediation=labels)
-
-
-def give_up_reason(reason: str, snap: Snapshot) -> str:
-    """The small label for a give-up's one-line reason (free text stays in /status)."""
-    if reason.startswith("crash loop"):
-        return "crash_loop"
-    if "fired again after its fix" in reason:
-        return "fix_not_held"
-    if snap.planned_rule and reason.startswith(f"{snap.planned_rule}:"):
-        return "rule"
-    if "is in use by another process" in reason:
-        return "port_busy"
-    if snap.stalled and "stall" in reason:
-        return "stalled"
-    return "other"
 
 
 def startup_ok(snap: Snapshot) -> bool:

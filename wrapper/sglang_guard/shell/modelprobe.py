@@ -26,6 +26,10 @@ from sglang_guard.core.sha import sha256
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
 from sglang_guard.shell.files import read_bytes, write_atomic
+from sglang_guard.shell.jobs import tracked
+
+_PROBE_COMMAND = (sys.executable, "-m", "sglang_guard.shell.modelprobe")
+PROBE_TIMEOUT_S = 600
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 _TEXT_CONFIG_ATTRS = ("thinker_config", "llm_config", "language_config", "text_config")
@@ -138,14 +142,18 @@ def _resolve_in_subprocess(path: str, revision: str | None, trust: bool, *,
     request = json.dumps({"path": path, "revision": revision, "trust_remote_code": trust,
                           "override_args": override_args, "is_draft": is_draft,
                           "sglang_release": sglang_release})
-    proc = subprocess.run(
-        [sys.executable, "-m", "sglang_guard.shell.modelprobe"],
-        input=request, capture_output=True, text=True, check=False, timeout=600,
-    )
+    # Run as a tracked process: a loop that ends while a reload probes (shell/jobs.py) stops it.
+    with subprocess.Popen(list(_PROBE_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as proc, tracked(proc):
+        try:
+            stdout, stderr = proc.communicate(request, timeout=PROBE_TIMEOUT_S)
+        except BaseException:  # a timeout, an early stop signal: the probe goes too
+            proc.kill()  # (as subprocess.run does)
+            raise
     try:
-        answer = json.loads(proc.stdout.strip().splitlines()[-1])
+        answer = json.loads(stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        last = (proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
+        last = (stderr.strip().splitlines() or [f"exit status {proc.returncode}"])[-1]
         raise ModelError(f"resolving {path!r} failed: {last[-300:]}") from None
     if "error" in answer:
         raise ModelError(answer["error"])

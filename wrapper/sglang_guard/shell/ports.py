@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import random
 import socket
+import threading
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
@@ -49,14 +50,16 @@ def port_is_free(host: str, port: int, *, reuse_addr: bool = True) -> bool:
     return True
 
 
-def wait_port_free(host: str, port: int, timeout: float) -> bool:
-    """Wait up to `timeout` seconds for `host:port` to become free; False if it did not."""
+def wait_port_free(host: str, port: int, timeout: float,
+                   cancel: threading.Event | None = None) -> bool:
+    """Wait up to `timeout` seconds for `host:port` to become free; False if it did not, or
+    if `cancel` was set meanwhile."""
     deadline = time.monotonic() + timeout
+    stop = cancel if cancel is not None else threading.Event()
     while not port_is_free(host, port):
         left = deadline - time.monotonic()
-        if left <= 0:
+        if left <= 0 or stop.wait(min(_POLL, left)):
             return False
-        time.sleep(min(_POLL, left))
     return True
 
 

@@ -1,12 +1,15 @@
 """The supervision loop: one consumer of one event queue, carrying out the machine's actions.
 
 Producers (child readers, health probes, timers, signal handlers, file watchers) only put
-events; this loop alone decides (via the pure `core.machine.step`) and acts.
+events; this loop alone decides (via the pure `core.machine.step`) and acts. Nothing blocks
+it: every wait or slow step is a job (shell/jobs.py) whose result comes back as an event,
+so a signal, a /livez tick and the watchdog's period are answered at once in every phase.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import random
@@ -36,22 +39,26 @@ from sglang_guard.core.actions import (
 )
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.events import (
+    ChildExited,
     ChildOutput,
     ChildStage,
     CommandChanged,
     Event,
     HealthResult,
+    JobDone,
     PortChosen,
     SignalReceived,
     Stream,
     Tick,
 )
 from sglang_guard.core.logline import clean, clean_block
+from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.shell import health, orphans, ports, stderrgate, stopsignals
 from sglang_guard.shell.child import HEADER, LINES, SKIP, Child
 from sglang_guard.shell.files import write_private
+from sglang_guard.shell.jobs import Jobs
 from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
@@ -67,6 +74,7 @@ PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
 # systemd's notify variables are the guard's: SGLang must not send READY=1 or ping the
 # watchdog in the guard's name (NotifyAccess=main ignores it, =all would believe it).
 GUARD_ONLY_ENV = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
+SIGNAL_POLL_S = 0.2  # the longest the loop waits for an event (see Supervisor._next_event)
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -106,18 +114,22 @@ class Supervisor:
         self._signals: queue.SimpleQueue[int | None] = queue.SimpleQueue()
         self._pidfile = Path(rt.state_dir) / "child.pgid"
         self._token = orphans.new_token()  # marks this guard's children (see shell/orphans.py)
-        self._done = threading.Event()
+        self._jobs = Jobs(self.events)
+        self._launching: tuple[int, int] | None = None  # (gen, job) of a launch waiting its turn
+        self._reloads: list[Reload] = []  # one reload runs at a time; the rest wait here
+        self._watchdog_s = _watchdog_period(self.notifier)
+        self._next_ping = 0.0
+        self._begun = False  # the first launch was asked for (the orphans are gone)
+        self._early: list[Event] = []  # what came before it, for after it
 
     # -- the loop --------------------------------------------------------------------------
 
     def run(self) -> int:
         """Supervise until done; the exit status."""
-        self._reap_orphans()
         forwarder = threading.Thread(target=self._forward_signals, name="signals", daemon=True)
         forwarder.start()
         old = {s: signal.signal(s, self._on_signal) for s in _HANDLED}
         stopsignals.disarm()  # the loop's handlers only enqueue; the early ones raised
-        keepalive = self._start_keepalive()
         watcher = FileWatcher(self.events, self.rt.watch) if self.rt.watch else None
         if watcher is not None:
             watcher.start()
@@ -125,11 +137,22 @@ class Supervisor:
             self.rt.group.start(self.events)
         self.rt.observer.attach(self.events)
         try:
-            self.state, actions = machine.start(self.state, self.rt.env)
-            self.rt.observer.step(self.state, self.rt.env, actions)
-            code = self._act(actions)
+            # What a SIGKILLed guard left behind goes first; the first launch waits for it
+            # (the machine stays idle meanwhile: a signal then ends the run at once).
+            grace = self.rt.env.restart.stop_grace_s
+            self._jobs.start("orphans", lambda _cancel: orphans.reap(self._pidfile, grace),
+                             self._begin)
+            code = None
             while code is None:
-                event = self.events.get()
+                event = self._next_event()
+                if event is None:
+                    continue
+                if isinstance(event, JobDone):
+                    code = self._guarded(functools.partial(self._jobs.finish, event))
+                    continue
+                if not self._begun and not isinstance(event, SignalReceived | Tick):
+                    self._early.append(event)  # a file change, a group order: after the start
+                    continue
                 if self.rt.group is not None:
                     self.rt.group.saw_event(event, self.state)
                 self.state, actions = machine.step(
@@ -141,9 +164,7 @@ class Supervisor:
         finally:
             if self.rt.group is not None:  # first: a leader's workers hear how it ended
                 self.rt.group.close()
-            self._done.set()
-            if keepalive is not None:
-                keepalive.join()
+            self._jobs.close()
             if watcher is not None:
                 watcher.stop()
             self._timers.close()
@@ -160,26 +181,44 @@ class Supervisor:
                 self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
 
-    def _start_keepalive(self) -> threading.Thread | None:
-        """Under a systemd watchdog, ping while SGLang loads or restarts.
-
-        Loading takes minutes and systemd counts from the start; once SGLang is ready, the
-        pings come only from passing /health_generate probes (the machine's Notify), so a
-        hung server is what systemd sees.
-        """
-        usec = os.environ.get("WATCHDOG_USEC", "")
-        if not self.notifier.enabled or not usec.isdigit() or int(usec) <= 0:
+    def _begin(self, reaped: list[dict[str, Any]]) -> int | None:
+        """The orphans are gone: the first launch."""
+        for record in reaped:
+            self._record(record)
+        if self.state.phase != "idle":  # a signal ended the run meanwhile
             return None
-        period = int(usec) / 1e6 / 3
+        self._begun = True
+        for event in self._early:
+            self.events.put(event)
+        self.state, actions = machine.start(self.state, self.rt.env)
+        self.rt.observer.step(self.state, self.rt.env, actions)
+        return self._act(actions)
 
-        def loop() -> None:
-            while not self._done.wait(period):
+    def _next_event(self) -> Event | None:
+        """The next event; None when SIGNAL_POLL_S (or the watchdog's period) passed first.
+
+        The wait is never unbounded: a signal that the kernel hands to another thread only
+        flags the interpreter, and the Python handler runs on this (the main) thread once it
+        runs again; blocked on an empty queue it would not, until some event came (measured:
+        a SIGTERM during a quiet reload waited for the reload's end).
+
+        Under a systemd watchdog the loop itself pings, between two events, while SGLang
+        loads or restarts (systemd counts from the start, and loading takes minutes): a
+        wedged loop stops the pings. Once SGLang is ready, the pings come only from passing
+        /health_generate probes (the machine's Notify), so a hung server is what systemd sees.
+        """
+        now = time.monotonic()
+        wait = SIGNAL_POLL_S
+        if self._watchdog_s is not None:
+            if now >= self._next_ping:
                 if self.state.phase != "ready" or not self.rt.env.health.enabled:
                     self.notifier.send("WATCHDOG=1")
-
-        thread = threading.Thread(target=loop, name="watchdog", daemon=True)
-        thread.start()
-        return thread
+                self._next_ping = now + self._watchdog_s
+            wait = min(wait, max(0.0, self._next_ping - now))
+        try:
+            return self.events.get(timeout=wait)
+        except queue.Empty:
+            return None
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self._signals.put(signum)  # only enqueue: the loop acts
@@ -199,12 +238,16 @@ class Supervisor:
                 if action.code:
                     self.log.error("guard.exit", code=action.code, reason=action.reason)
                 return action.code
-            try:
-                self._do(action)
-            except GiveUp as exc:
-                self._record({"event": "give_up", "reason": str(exc)})
-                raise
+            self._guarded(functools.partial(self._do, action))
         return None
+
+    def _guarded(self, work: Callable[[], int | None]) -> int | None:
+        """Run one action or one job's hand-over; a give-up it raises is journaled first."""
+        try:
+            return work()
+        except GiveUp as exc:
+            self._record({"event": "give_up", "reason": str(exc), "cause": exc.cause})
+            raise
 
     def _do(self, action: Action) -> None:
         if isinstance(action, Spawn):
@@ -266,14 +309,29 @@ class Supervisor:
         return on_chunk
 
     def _spawn(self, action: Spawn) -> None:
-        if self.child is not None:
-            # Its main process is gone, but a member that closed its pipes may still hold
-            # the GPU or the port: the old tree goes before the new one starts.
-            self.child.stop(self.rt.env.restart.stop_grace_s)
+        """Launch when SGLang's port is free: a job stops what is left of the last tree and
+        waits for the port (the old server may still hold it); `_launch` starts the child."""
+        old, grace = self.child, self.rt.env.restart.stop_grace_s
         host, port = self._address()
-        if not ports.wait_port_free(host, port, PORT_WAIT_S if action.gen > 1 else 0.0):
+        wait = PORT_WAIT_S if action.gen > 1 else 0.0
+
+        def work(cancel: threading.Event) -> bool:
+            if old is not None:
+                # Its main process is gone, but a member that closed its pipes may still
+                # hold the GPU or the port: the old tree goes before the new one starts.
+                old.stop(grace)
+            return ports.wait_port_free(host, port, wait, cancel)
+
+        job = self._jobs.start(f"launch-{action.gen}",
+                               work, lambda free: self._launch(action, host, port, free))
+        self._launching = (action.gen, job)
+
+    def _launch(self, action: Spawn, host: str, port: int, free: bool) -> None:
+        self._launching = None
+        if not free:
             raise GiveUp(f"port {port} on {host} is in use by another process; SGLang cannot "
-                         "bind it (stop that process or pass another --port)")
+                         "bind it (stop that process or pass another --port)",
+                         GiveUpCause.PORT_BUSY)
         self._write_derived()
         self._timers.forget_before(action.gen)  # the last launch's timers would be ignored
         argv = [*self.rt.launch, *action.argv]
@@ -299,6 +357,15 @@ class Supervisor:
         self.events.put(PortChosen(action.gen, action.flag, port, detail))
 
     def _stop(self, action: Stop) -> None:
+        if self._launching is not None and self._launching[0] == action.gen:
+            # Still waiting for its port: the launch is called off; for the machine, the
+            # child it asked for has come and gone.
+            self._jobs.cancel(self._launching[1])
+            self._launching = None
+            self._record({"event": "child.not_started", "gen": action.gen,
+                          "reason": action.reason})
+            self.events.put(ChildExited(action.gen, 0, 0))
+            return
         child = self.child
         if child is None or child.gen != action.gen:
             return
@@ -342,8 +409,21 @@ class Supervisor:
         self.notifier.send(*fields)
 
     def _reload(self, action: Reload) -> None:
+        """Re-read a changed file: a job (preflight may probe the model, a pack compiles)."""
+        self._reloads.append(action)
+        if len(self._reloads) == 1:  # one at a time: each builds on the Env the last left
+            self._start_reload()
+
+    def _start_reload(self) -> None:
+        action = self._reloads[0]
         self._notify(Notify(reloading=True, status="reloading"))
-        result = self.rt.reload(action.kind, action.path, self.rt.env)
+        env = self.rt.env
+        self._jobs.start(f"reload-{action.kind}",
+                         lambda _cancel: self.rt.reload(action.kind, action.path, env),
+                         lambda result: self._reloaded(action, result))
+
+    def _reloaded(self, action: Reload, result: ReloadOutcome) -> None:
+        self._reloads.pop(0)
         self._record(result.record)
         if result.error is not None:
             self.log.error("reload.rejected", error=result.error)
@@ -353,6 +433,8 @@ class Supervisor:
             self.events.put(CommandChanged(result.cl, f"{action.kind} changed"))
         ready = self.state.phase == "ready"
         self._notify(Notify(ready=ready, status="ready" if ready else "loading"))
+        if self._reloads:
+            self._start_reload()
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -407,13 +489,16 @@ class Supervisor:
         with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
             orphans.write_record(self._pidfile, child.pgid, self._token, procs)
 
-    def _reap_orphans(self) -> None:
-        """A guard that was SIGKILLed left its child's tree behind: stop what is verifiably it."""
-        for record in orphans.reap(self._pidfile, self.rt.env.restart.stop_grace_s):
-            self._record(record)
-
 
 TAIL_BYTES = 512
+
+
+def _watchdog_period(notifier: Notifier) -> float | None:
+    """How often the loop pings systemd's watchdog (a third of WATCHDOG_USEC); None: not."""
+    usec = os.environ.get("WATCHDOG_USEC", "")
+    if not notifier.enabled or not usec.isdigit() or int(usec) <= 0:
+        return None
+    return int(usec) / 1e6 / 3
 
 
 def _tail(chunk: bytes) -> str:

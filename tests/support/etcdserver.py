@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from procutil import free_port
+from .procs import free_port
 
 ETCD = shutil.which("etcd")
 if ETCD is None and os.environ.get("CI"):

@@ -1,0 +1,72 @@
+"""Process helpers: a free port, waits on pids that never sleep, what is left of a group."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from sglang_guard.shell.proctree import find_orphans
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel says is free now (another process may take it later)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def survivors(pgid: int, pids: tuple[int, ...] | list[int] = ()) -> int:
+    """How many processes are still alive in the group or session `pgid`, or among `pids`."""
+    alive = set(find_orphans(pgid))
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.add(pid)
+        except psutil.Error:
+            pass
+    return len(alive)
+
+
+
+def wait_gone(pids: list[int], timeout: float = 10) -> list[int]:
+    """Wait (on pidfds, no sleeping) until every pid has exited; returns the ones still alive.
+
+    A zombie counts as gone: reaping it is its parent's business (PID 1 for orphans).
+    """
+    fds: dict[int, int] = {}
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            fds[os.pidfd_open(pid)] = pid
+    try:
+        deadline = time.monotonic() + timeout
+        while fds:
+            poller = select.poll()
+            for fd in fds:
+                poller.register(fd, select.POLLIN)
+            left = deadline - time.monotonic()
+            ready = poller.poll(max(0.0, left) * 1000)
+            for fd, _ in ready:
+                os.close(fd)
+                del fds[fd]
+            if not ready and left <= 0:
+                break
+        return sorted(fds.values())
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def read_pidfile(path: Path) -> dict[str, Any]:
+    """The JSON a fake child wrote with ["pidfile", path]."""
+    info: dict[str, Any] = json.loads(path.read_text())
+    return info
+

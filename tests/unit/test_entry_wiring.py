@@ -1,0 +1,111 @@
+"""One entry wiring: `run`, the drop-in and `serve` each hand their settings to
+`entry.run_process`, and no import circle runs through them.
+
+The import graph is read from the source (every `import` and `from ... import` of a
+sglang_guard module, at the top or inside a function: a lazy import closes a circle too).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any, NoReturn
+
+import pytest
+from click.testing import CliRunner
+
+import sglang_guard
+from sglang_guard import cli, launch_server, serve
+
+PACKAGE = Path(sglang_guard.__file__).resolve().parent
+ENTRIES = ("sglang_guard.cli", "sglang_guard.launch_server", "sglang_guard.serve",
+           "sglang_guard.entry")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package modules it imports."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps.add(node.module)
+                deps |= {f"{node.module}.{a.name}" for a in node.names}
+        graph[name] = {d for d in deps if d in modules and d != name}
+    return graph
+
+
+def circle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
+    """A chain of imports from `start` back to it, if there is one."""
+    stack: list[tuple[str, list[str]]] = [(d, [start, d]) for d in sorted(graph[start])]
+    seen: set[str] = set()
+    while stack:
+        node, path = stack.pop()
+        if node == start:
+            return path
+        if node in seen:
+            continue
+        seen.add(node)
+        stack += [(d, [*path, d]) for d in sorted(graph.get(node, ()))]
+    return None
+
+
+def test_the_graph_reader_finds_a_circle_where_there_is_one() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circle_through(graph, "a") == ["a", "b", "c", "a"]
+    assert circle_through(graph, "d") is None
+
+
+@pytest.mark.parametrize("module", ENTRIES)
+def test_no_import_circle_runs_through_an_entry(module: str) -> None:
+    graph = import_graph()
+    assert module in graph
+    assert circle_through(graph, module) is None
+
+
+CALLED = 42  # the exit status the fake run_process exits with
+
+
+def _capture(monkeypatch: pytest.MonkeyPatch, module: Any) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    def fake(cfg: Any, argv: Any, **kwargs: Any) -> NoReturn:
+        seen.update(cfg=cfg, argv=tuple(argv), **kwargs)
+        raise SystemExit(CALLED)
+
+    monkeypatch.setattr(module, "run_process", fake)
+    return seen
+
+
+def test_run_the_drop_in_and_serve_all_go_through_run_process(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("SGLANG_GUARD_PREFLIGHT", "0")
+    monkeypatch.setenv("SGLANG_GUARD_PYTHON", "/opt/sgl/bin/python")
+    argv = ["--model-path", "/m", "--port", "31000"]
+
+    seen = _capture(monkeypatch, cli)
+    result = CliRunner().invoke(cli.main, ["run", "--no-preflight", "--state-dir",
+                                           str(tmp_path), "--", *argv])
+    assert result.exit_code == CALLED, result.output
+    assert (seen["argv"], seen["state_dir"], seen["preflight"]) == (tuple(argv), str(tmp_path),
+                                                                     False)
+
+    seen = _capture(monkeypatch, launch_server)
+    with pytest.raises(SystemExit, match=str(CALLED)):
+        launch_server.main(argv)
+    assert (seen["argv"], seen["python"], seen["preflight"]) == (
+        tuple(argv), "/opt/sgl/bin/python", False)
+
+    seen = _capture(monkeypatch, serve)
+    with pytest.raises(SystemExit, match=str(CALLED)):
+        serve.main(["/m", "--model-type", "llm", "--port", "31000"])
+    assert seen["argv"] == ("--model-path", "/m", "--port", "31000")
+    assert seen["cfg"].sglang.launch[-3:] == ("serve", "--model-type", "llm")
