@@ -11,7 +11,7 @@ import sglang_guard
 PACKAGE = Path(sglang_guard.__file__).resolve().parent
 MAP = PACKAGE.parents[1] / "docs" / "architecture.md"
 # A module as the map names it: `cli.py`, `core/machine.py`, `shell/jobs.py`.
-NAMED = re.compile(r"`((?:core/|shell/)?[a-z_]+\.py)`")
+NAMED = re.compile(r"`((?:core/|shell/)?[a-z_][a-z0-9_]*\.py)`")
 
 
 def modules() -> set[str]:

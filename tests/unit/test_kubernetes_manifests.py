@@ -56,7 +56,7 @@ def test_both_examples_are_there() -> None:
 def test_pod_runs_the_guard_as_documented(name: str, role: str, spec: dict[str, Any]) -> None:
     (container,) = spec["containers"]
     program, command = container["command"]
-    assert program in SCRIPTS and SCRIPTS[program] == "sglang_guard.pid1:main"
+    assert program in SCRIPTS and SCRIPTS[program] == "sglang_guard.start:main"
     assert command in cli_main.commands and command == "serve"
     env = {e["name"]: e.get("value") for e in container["env"]}
     listen = parse_listen(env[ENV_LISTEN], allow_remote=env[ENV_ALLOW_REMOTE] == "1")

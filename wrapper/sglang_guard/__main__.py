@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from sglang_guard.pid1 import main
+from sglang_guard.start import main
 
 main()

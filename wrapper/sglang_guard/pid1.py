@@ -1,4 +1,4 @@
-"""The guard's entry points, with a minimal init in front when the guard is PID 1.
+"""A minimal init in front of the guard when the guard is PID 1 (a leaf: imports no entry).
 
 In a container without an init (a Kubernetes pod's first process, `docker run` without
 `--init`) the guard is PID 1: every process orphaned in the container is reparented to it,
@@ -57,19 +57,3 @@ def init_if_pid1() -> None:
     if guard == 0:
         return
     os._exit(run_as_init(guard))
-
-
-def main() -> None:
-    """`sglang-guard` (and `python -m sglang_guard`)."""
-    init_if_pid1()
-    from sglang_guard import cli  # noqa: PLC0415 - the init half never imports the CLI
-
-    cli.main()
-
-
-def launch() -> None:
-    """`sglang-guard-launch` (the drop-in for `python -m sglang.launch_server`)."""
-    init_if_pid1()
-    from sglang_guard import launch_server  # noqa: PLC0415
-
-    launch_server.main()
