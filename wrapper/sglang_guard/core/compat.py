@@ -52,7 +52,7 @@ _DRAFT_FALLBACK = "flashinfer"
 
 ProblemKind = Literal[
     "unknown_backend", "arch", "gpu", "role", "platform", "kv_cache_dtype", "deprecated",
-    "model_field", "model",
+    "model_field", "model_arch", "model",
 ]
 
 
@@ -109,9 +109,15 @@ def _violation(
     sm: int | None,
     kv: str | None,
     fields: frozenset[str] | None = None,
+    architectures: tuple[str, ...] | None = None,
 ) -> str | None:
     """The reason `rule` fails for these facts, or None when it holds or cannot be judged."""
     name = backend.name
+    if rule.kind == "model_arch":
+        if not architectures or set(architectures) & set(rule.architectures):
+            return None
+        return (f"{name} runs only a model of architecture {' or '.join(rule.architectures)}; "
+                f"this one is {', '.join(architectures)}")
     if rule.kind == "model_field":
         if fields is None or rule.field in fields:
             return None
@@ -160,6 +166,7 @@ def _constraint_problems(
     sm: int | None,
     kv: str | None,
     fields: frozenset[str] | None,
+    architectures: tuple[str, ...] | None = None,
 ) -> list[Problem]:
     slot = _SLOT_OF_FLAG[flag]
     found: dict[str, tuple[Constraint, str]] = {}
@@ -177,7 +184,8 @@ def _constraint_problems(
             continue  # SGLang stops at the first failure of each check
         if arch == "ssm" and rule.phase in table.ssm_skips_phases:
             continue  # a pure SSM model never builds the attention backend
-        reason = _violation(backend, rule, slot, arch=arch, sm=sm, kv=kv, fields=fields)
+        reason = _violation(backend, rule, slot, arch=arch, sm=sm, kv=kv, fields=fields,
+                            architectures=architectures)
         if reason is not None:
             if rule.unconfirmed:
                 reason += (f" (seen in SGLang {rule.sglang}, not confirmed in "
@@ -257,6 +265,7 @@ def check_backend(
     kv_cache_dtype: str | None = None,
     model_fields: frozenset[str] | None = None,
     architecture: str | None = None,
+    architectures: tuple[str, ...] | None = None,
 ) -> tuple[Problem, ...]:
     """Every problem SGLang would have with `flag value`, the ones it meets first first.
 
@@ -265,6 +274,8 @@ def check_backend(
     checks; 0 means the host has no NVIDIA GPU (SGLang's own convention). `model_fields`:
     which of the config fields the table asks about the model has (None: not read).
     `architecture`: the model's architectures[0], for the model allow-lists.
+    `architectures`: the model's config.json architectures (None or empty: not known), for
+    the backends SGLang builds for some architectures only (kind model_arch).
     """
     slot = _validate_inputs(flag, arch)
     backend = table.backend(value)
@@ -297,7 +308,7 @@ def check_backend(
         backend = target
     problems += _model_list_problems(table, flag, value, slot, architecture)
     problems += _constraint_problems(table, backend, flag, value, arch=arch, sm=sm, kv=kv,
-                                     fields=model_fields)
+                                     fields=model_fields, architectures=architectures)
     return tuple(problems)
 
 

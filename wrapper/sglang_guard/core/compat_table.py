@@ -25,7 +25,7 @@ PHASE_ORDER = {"args": 0, "build": 1, "worker": 2, "kernel": 3}
 
 ARCHS: tuple[str, ...] = ("mla", "mha", "ssm", "unknown")
 _SLOTS = ("attention", "prefill", "decode", "draft")
-_KINDS = ("arch", "gpu", "role", "platform", "kv_cache_dtype", "model_field")
+_KINDS = ("arch", "gpu", "role", "platform", "kv_cache_dtype", "model_field", "model_arch")
 _PLATFORMS = ("any", "cuda", "rocm", "npu", "cpu", "xpu")
 Ranges = tuple[tuple[int, int], ...]
 
@@ -47,6 +47,9 @@ class Constraint:
     denied: tuple[str, ...] = ()
     platform: str | None = None
     field: str | None = None  # model_field: the config.json field the model must have
+    # model_arch: the config.json architectures SGLang builds the backend's state for (one of
+    # them must be the model's)
+    architectures: tuple[str, ...] = ()
     # The releases whose code behaves so (PEP 440; tools/constraint_ranges.py): where the
     # constraint cites `evidence` (the code that makes the combination fail), the releases
     # whose source holds it; else the releases whose source holds the message.
@@ -318,6 +321,7 @@ def _constraint(t: Table, key: str) -> Constraint:
         denied=t.strings("denied") or (),
         platform=t.choice("platform", _PLATFORMS) if kind == "platform" else None,
         field=t.must("field") if kind == "model_field" else None,
+        architectures=t.strings("architectures", required=kind == "model_arch") or (),
         sglang=_specifier(t, "sglang"),
         said=_specifier(t, "said"),
         key=key,

@@ -117,7 +117,8 @@ def preflight(
         problems = check_backend(compat, flag, occ.value, arch=facts.attention_arch,
                                  sm=_sm(gpu), kv_cache_dtype=kv_dtype,
                                  model_fields=_fields(facts),
-                                 architecture=next(iter(facts.architectures), None))
+                                 architecture=next(iter(facts.architectures), None),
+                                 architectures=facts.architectures)
         fatal = [p for p in problems if p.fatal]
         warnings += [f"{p.flag} {p.value}: {p.reason}" for p in problems if not p.fatal]
         if not fatal:

@@ -1,0 +1,102 @@
+"""Two deaths of the H200 record (SGLang 0.5.17, SM 9.0) that preflight now knows.
+
+- `--attention-backend dsv4` (and its alias `compressed`) on a Llama and on a DeepSeek-V3
+  died building DeepseekV4AttnBackend: it asserts a DeepSeek V4 head (head_dim 512) and a
+  DeepSeekV4TokenToKVPool, which SGLang builds only for a DeepSeek V4 architecture
+  (is_deepseek_v4, configs/model_config.py). Every release that has the backend (0.5.12 on).
+- `--kv-cache-dtype mxfp8` died in the argument phase on SM90: SGLang asks for
+  is_blackwell_supported (compute major 10, 11 or 12). Every release that takes the dtype
+  (0.5.16 on).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from packaging.version import Version
+
+from sglang_guard.cli import main
+from sglang_guard.core.compat_table import load_raw_table
+from sglang_guard.core.releases import known_releases, load_release
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA = str(REPO / "configs" / "models" / "llama-hd128")
+DSV3 = str(REPO / "configs" / "models" / "dsv3-mla576")
+TINY_LLAMA = str(REPO / "configs" / "models" / "tiny-llama")
+# A DeepSeek V4 config with the fields SGLang's model_config reads for it (the
+# DeepseekV4ForCausalLM branch of _derive_model_shapes: head_dim, qk_rope_head_dim,
+# sliding_window, index_head_dim, compress_ratios; head_dim 512 = 448 + 64 as the backend
+# asserts).
+V4_CONFIG: dict[str, Any] = {
+    "architectures": ["DeepseekV4ForCausalLM"], "model_type": "deepseek_v4",
+    "hidden_size": 4096, "num_attention_heads": 64, "num_key_value_heads": 1,
+    "head_dim": 512, "qk_rope_head_dim": 64, "index_head_dim": 128, "index_n_heads": 64,
+    "index_topk": 512, "sliding_window": 128, "compress_ratios": [0, 4, 128, 4],
+    "num_hidden_layers": 4, "intermediate_size": 2048, "moe_intermediate_size": 2048,
+    "vocab_size": 129280, "max_position_embeddings": 65536, "rope_theta": 10000,
+    "torch_dtype": "bfloat16",
+}
+
+
+def check(release: str, sm: str, *argv: str) -> dict[str, Any]:
+    res = CliRunner().invoke(main, ["check", "--json", "--gpu-sm", sm, "--sglang-version",
+                                    release, "--", *argv], catch_exceptions=False)
+    assert res.exit_code in (0, 1, 78), res.output
+    out: dict[str, Any] = json.loads(res.stdout)
+    return out
+
+
+def _releases_with(choice: str, dest: str) -> list[str]:
+    return [v for v in known_releases() if choice in load_release(v).choices.get(dest, ())]
+
+
+DSV4_RELEASES = _releases_with("dsv4", "attention_backend")
+
+
+def test_dsv4_is_a_backend_of_0_5_12_on() -> None:
+    assert DSV4_RELEASES and min(DSV4_RELEASES, key=Version) == "0.5.12"
+    backend = load_raw_table().backend("dsv4")
+    assert backend is not None
+    rule = next(c for c in backend.constraints if c.kind == "model_arch")
+    assert rule.sglang == ">=0.5.12"
+
+
+@pytest.mark.parametrize("release", DSV4_RELEASES)
+@pytest.mark.parametrize("model", [LLAMA, DSV3], ids=["llama", "dsv3"])
+def test_dsv4_on_a_model_that_is_no_deepseek_v4_is_dropped(release: str, model: str) -> None:
+    argv = ["--model-path", model, "--attention-backend", "dsv4"]
+    out = check(release, "90", *argv)
+    assert out["verdict"] == "remediated", out
+    finding = next(f for f in out["findings"] if f["flag"] == "--attention-backend")
+    assert (finding["kind"], finding["action"]) == ("model_arch", "drop"), out
+    assert finding["source"].startswith("sglang/srt/layers/attention/deepseek_v4_backend.py:")
+    assert finding["source"].endswith(f"({release})")
+    assert "--attention-backend" not in out["argv_out"]
+
+
+def test_dsv4_drop_cites_0_5_17s_line_and_its_assert_message() -> None:
+    out = check("0.5.17", "90", "--model-path", LLAMA, "--attention-backend", "dsv4")
+    finding = out["findings"][0]
+    assert finding["source"] == "sglang/srt/layers/attention/deepseek_v4_backend.py:509 (0.5.17)"
+    assert finding["sglang_message"] == (
+        "DSV4 MQA head_dim = qk_nope_head_dim(448) + qk_rope_head_dim(64) = 512")
+
+
+@pytest.mark.parametrize("model", [LLAMA, DSV3], ids=["llama", "dsv3"])
+def test_the_compressed_alias_is_dropped_the_same_way(model: str) -> None:
+    out = check("0.5.17", "90", "--model-path", model, "--attention-backend", "compressed")
+    assert out["verdict"] == "remediated", out
+    assert any(f["kind"] == "model_arch" and f["action"] == "drop" for f in out["findings"])
+
+
+@pytest.mark.parametrize("release", DSV4_RELEASES)
+@pytest.mark.parametrize("sm", ["90", "100"])
+def test_dsv4_keeps_a_deepseek_v4_model(tmp_path: Path, release: str, sm: str) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(V4_CONFIG), encoding="utf-8")
+    argv = ["--model-path", str(tmp_path), "--attention-backend", "dsv4"]
+    out = check(release, sm, *argv)
+    assert (out["verdict"], out["argv_out"]) == ("ok", argv), out
