@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from click.testing import CliRunner
 from packaging.version import Version
 
 from sglang_guard.cli import main
+from sglang_guard.core.compat import check_kv_sm
 from sglang_guard.core.compat_table import load_raw_table
 from sglang_guard.core.releases import known_releases, load_release
 
@@ -100,3 +102,52 @@ def test_dsv4_keeps_a_deepseek_v4_model(tmp_path: Path, release: str, sm: str) -
     argv = ["--model-path", str(tmp_path), "--attention-backend", "dsv4"]
     out = check(release, sm, *argv)
     assert (out["verdict"], out["argv_out"]) == ("ok", argv), out
+
+
+MXFP8_RELEASES = _releases_with("mxfp8", "kv_cache_dtype")
+
+
+def test_mxfp8_is_a_kv_dtype_of_0_5_16_on() -> None:
+    assert MXFP8_RELEASES and min(MXFP8_RELEASES, key=Version) == "0.5.16"
+
+
+@pytest.mark.parametrize("release", MXFP8_RELEASES)
+@pytest.mark.parametrize("sm", ["80", "89", "90"])
+def test_mxfp8_below_blackwell_is_dropped(release: str, sm: str) -> None:
+    argv = ["--model-path", TINY_LLAMA, "--attention-backend", "triton",
+            "--kv-cache-dtype", "mxfp8"]
+    out = check(release, sm, *argv)
+    assert out["verdict"] == "remediated", out
+    (finding,) = out["findings"]
+    assert (finding["flag"], finding["action"], finding["kind"]) == (
+        "--kv-cache-dtype", "drop", "gpu"), out
+    assert finding["source"].endswith(f"({release})")
+    assert finding["sglang_message"].startswith("--kv-cache-dtype mxfp8 requires an SM100+")
+    assert out["argv_out"] == argv[:4]
+
+
+def test_mxfp8_drop_cites_0_5_17s_line() -> None:
+    out = check("0.5.17", "90", "--model-path", LLAMA, "--attention-backend", "triton",
+                "--kv-cache-dtype", "mxfp8")
+    assert out["findings"][0]["source"] == "sglang/srt/server_args.py:5847 (0.5.17)"
+
+
+@pytest.mark.parametrize("release", MXFP8_RELEASES)
+@pytest.mark.parametrize("sm", ["100", "103", "120"])
+def test_mxfp8_on_blackwell_is_kept(release: str, sm: str) -> None:
+    argv = ["--model-path", TINY_LLAMA, "--kv-cache-dtype", "mxfp8"]
+    out = check(release, sm, *argv)
+    assert (out["verdict"], out["argv_out"]) == ("ok", argv), out
+
+
+def test_a_release_without_the_check_only_warns() -> None:
+    """A kv_sm entry that a release's source does not confirm warns, never drops."""
+    table = load_raw_table().for_release("0.5.17", None)
+    unconfirmed = replace(table, kv_sm=tuple(replace(k, source=None) for k in table.kv_sm))
+    (problem,) = check_kv_sm(unconfirmed, kv="mxfp8", sm=90)
+    assert not problem.fatal and "a warning only" in problem.reason
+    (confirmed,) = check_kv_sm(table, kv="mxfp8", sm=90)
+    assert confirmed.fatal
+    assert check_kv_sm(table, kv="fp8_e4m3", sm=90) == ()
+    # no GPU facts (None) or no NVIDIA GPU (0: the platform is not known): not judged
+    assert check_kv_sm(table, kv="mxfp8", sm=None) == check_kv_sm(table, kv="mxfp8", sm=0) == ()

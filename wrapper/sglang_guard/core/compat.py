@@ -30,6 +30,7 @@ __all__ = [
     "best_fit",
     "check_backend",
     "check_kv4",
+    "check_kv_sm",
     "load_default_table",
     "parse_table",
 ]
@@ -372,6 +373,30 @@ def check_kv4(table: CompatTable, *, kv: str | None, arch: str, sm: int | None,
                     f"{', '.join(names)} for {_ARCH_TEXT[arch]} models"),
             sglang_message=_fill(message, choices=list(names), value=value),
             source=f"{source} ({release})", fatal=True))
+    return tuple(out)
+
+
+def check_kv_sm(table: CompatTable, *, kv: str | None, sm: int | None) -> tuple[Problem, ...]:
+    """A --kv-cache-dtype that SGLang's argument phase refuses on this GPU (table.kv_sm).
+
+    Judged only on a known NVIDIA GPU (sm None or 0: no facts). Where the release's parser
+    takes the dtype but its source has no check, the finding only warns.
+    """
+    if kv is None or sm is None or sm == 0:
+        return ()
+    release = table.sglang_version
+    out = []
+    for rule in table.kv_sm:
+        if rule.dtype != kv or _in(sm, rule.sms):
+            continue
+        reason = f"--kv-cache-dtype {kv} needs {_sm_text(rule.sms)}; this GPU is SM{sm}"
+        if rule.source is None:
+            reason += f" (SGLang {release}'s source does not confirm it: a warning only)"
+        out.append(Problem(
+            flag="--kv-cache-dtype", value=kv, kind="gpu", reason=reason,
+            sglang_message=rule.message if rule.source else None,
+            source=f"{rule.source} ({release})" if rule.source else None,
+            fatal=rule.source is not None))
     return tuple(out)
 
 

@@ -124,6 +124,19 @@ class Kv4:
 
 
 @dataclass(frozen=True, slots=True)
+class KvSm:
+    """A --kv-cache-dtype value SGLang's argument phase refuses outside some SMs."""
+
+    dtype: str
+    sms: Ranges
+    message: str
+    note: str | None = None
+    # For a release: the file:line of its check; None where its parser takes the dtype and
+    # its source has no such check (the guard warns only). As written: None.
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Preference:
     """Ordered replacement candidates for some archs on some GPUs."""
 
@@ -151,6 +164,9 @@ class CompatTable:
     # (configs/sglang/model-backends.json), and only where that release has one.
     model_lists: tuple[ModelList, ...] = ()
     kv4: Kv4 | None = None  # as written: the spec; for a release: its checks (or None)
+    # As written: every [[kv_sm]] entry; for a release: those for the dtypes its parser
+    # takes, each with the release's line (configs/sglang/kv-sm.json).
+    kv_sm: tuple[KvSm, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -193,7 +209,8 @@ class CompatTable:
             for run in lists.get(m.architecture, ())
             if Version(run[0]) <= version <= Version(run[1]))
         return replace(self, sglang_version=release, backends=tuple(keep), preferences=prefs,
-                       model_lists=models, kv4=_kv4_for(self.kv4, version))
+                       model_lists=models, kv4=_kv4_for(self.kv4, version),
+                       kv_sm=_kv_sm_for(self.kv_sm, version))
 
 
 def _holds(spec: str, version: Version) -> bool:
@@ -248,6 +265,17 @@ def _kv4_for(spec: Kv4 | None, version: Version) -> Kv4 | None:
                            prefill_sources=tuple((k, prefill[k]) for k in
                                                  ("neither", "sm100", "decode") if k in prefill))
     return None
+
+
+def _kv_sm_for(specs: tuple[KvSm, ...], version: Version) -> tuple[KvSm, ...]:
+    """The KV dtype SM checks of the release (configs/sglang/kv-sm.json)."""
+    runs = _json_config("kv-sm.json", {})
+    out = []
+    for spec in specs:
+        for first, last, cite in runs.get(spec.dtype, ()):
+            if Version(first) <= version <= Version(last):
+                out.append(replace(spec, source=cite))
+    return tuple(out)
 
 
 _JSON: dict[str, Any] = {}
@@ -423,6 +451,7 @@ def parse_table(text: str, path: str) -> CompatTable:
     prefs = root.get("rewrite_preference", list, required=True)
     lists = root.get("model_backends", list) or []
     kv4 = root.table("kv4") if "kv4" in root.data else None
+    kv_sm = [root.child(f"kv_sm[{i}]", t) for i, t in enumerate(root.get("kv_sm", list) or [])]
     table = CompatTable(
         sglang_version=meta.must("sglang_version"),
         sources=meta.strings("sources", required=True) or (),
@@ -447,6 +476,8 @@ def parse_table(text: str, path: str) -> CompatTable:
             messages=(("mla", kv4.must("mla_message")), ("mha", kv4.must("mha_message"))),
             prefill_messages=tuple((k, kv4.must(f"prefill_{k}"))
                                    for k in ("neither", "sm100", "decode"))),
+        kv_sm=tuple(KvSm(dtype=k.must("dtype"), sms=_ranges(k, "sms"), message=k.must("message"),
+                         note=k.text("note")) for k in kv_sm),
     )
     _cross_check(root, table)
     return table
