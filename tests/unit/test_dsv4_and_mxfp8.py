@@ -22,7 +22,7 @@ from packaging.version import Version
 
 from sglang_guard.cli import main
 from sglang_guard.core.compat import check_kv_sm
-from sglang_guard.core.compat_table import load_raw_table
+from sglang_guard.core.compat_table import confirmed_only, load_raw_table
 from sglang_guard.core.releases import known_releases, load_release
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,3 +151,14 @@ def test_a_release_without_the_check_only_warns() -> None:
     assert check_kv_sm(table, kv="fp8_e4m3", sm=90) == ()
     # no GPU facts (None) or no NVIDIA GPU (0: the platform is not known): not judged
     assert check_kv_sm(table, kv="mxfp8", sm=None) == check_kv_sm(table, kv="mxfp8", sm=0) == ()
+
+
+def test_a_newer_release_keeps_the_mxfp8_check_only_where_its_source_has_it() -> None:
+    """A release newer than the tables (confirmed_only): the check acts where the installed
+    source still raises SGLang's message, and only warns where it does not."""
+    table = load_raw_table().for_release("0.5.23", None)
+    (rule,) = table.kv_sm
+    said, _, _ = confirmed_only(table, f"raise ValueError({rule.message!r})")
+    assert [p.fatal for p in check_kv_sm(said, kv="mxfp8", sm=90)] == [True]
+    silent, _, _ = confirmed_only(table, "def handle_kv4_compatibility(): pass")
+    assert [p.fatal for p in check_kv_sm(silent, kv="mxfp8", sm=90)] == [False]

@@ -523,4 +523,7 @@ def confirmed_only(table: CompatTable, source: str | None) -> tuple[CompatTable,
             confirmed += ok
             kept.append(c if ok else replace(c, fatal=False))
         backends.append(replace(b, constraints=tuple(kept)))
-    return replace(table, backends=tuple(backends)), confirmed, total
+    # A KV dtype SM check whose message the source lacks warns only (source None).
+    kv_sm = tuple(k if source is not None and holds(source, k.message) else replace(k, source=None)
+                  for k in table.kv_sm)
+    return replace(table, backends=tuple(backends), kv_sm=kv_sm), confirmed, total
