@@ -44,6 +44,7 @@ TABLE = REPO / "configs" / "backends.toml"
 LINES = REPO / "configs" / "sglang" / "constraint-lines.json"
 MODEL_LISTS = REPO / "configs" / "sglang" / "model-backends.json"
 KV4 = REPO / "configs" / "sglang" / "kv4.json"
+KV_SM = REPO / "configs" / "sglang" / "kv-sm.json"
 _KV4_DEF = re.compile(r"def _?handle_kv4_compatibility\(")
 _KV4_DTYPES = re.compile(r"kv_cache_dtype (?:not in (\([^)]*\))|!= (\"[^\"]+\"))")
 RELEASES = REPO / "configs" / "sglang" / "releases.txt"
@@ -84,6 +85,8 @@ class Release(NamedTuple):
     text: str  # every file joined and normalised (msgsearch)
     files: dict[str, str]
     backends: frozenset[str]  # the names its parser accepts
+    kv_dtypes: frozenset[str] = frozenset()  # the --kv-cache-dtype choices of its parser
+    index: int = 0  # its place among the shipped releases, oldest first
 
 
 def evidence_at(files: dict[str, str], evidence: list[dict[str, Any]]) -> str | None:
@@ -329,6 +332,34 @@ def kv4_runs(doc: dict[str, Any], rels: list[Release]) -> list[list[Any]]:
     return out
 
 
+def kv_sm_at(files: dict[str, str], message: str) -> str | None:
+    """"path:line" of the SM refusal `message` of a KV dtype in one release, or None."""
+    for path, raw in files.items():
+        if holds(normalise(raw), message):
+            return f"{path}:{_line(raw, raw.index(message[:24]))}"
+    return None
+
+
+def kv_sm_runs(doc: dict[str, Any], rels: list[Release]) -> dict[str, list[list[Any]]]:
+    """Per KV dtype of `[[kv_sm]]`, runs [first, last, "file:line" or None] over the releases
+    whose parser takes the dtype (None: that release has no such check in its source)."""
+    out: dict[str, list[list[Any]]] = {}
+    for spec in doc.get("kv_sm", []):
+        dtype = spec["dtype"]
+        runs_: list[list[Any]] = []
+        for r in rels:
+            if dtype not in r.kv_dtypes:
+                continue
+            cite = kv_sm_at(r.files, spec["message"])
+            if runs_ and runs_[-1][2] == cite and runs_[-1][3] == r.index - 1:
+                runs_[-1][1] = r.version
+                runs_[-1][3] = r.index
+            else:
+                runs_.append([r.version, r.version, cite, r.index])
+        out[dtype] = [run[:3] for run in runs_]
+    return out
+
+
 def dump_lines(lines: dict[str, list[list[str]]]) -> str:
     """constraint-lines.json as shipped: one constraint a line."""
     body = ",\n".join(f" {json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}"
@@ -357,7 +388,8 @@ def load_releases() -> list[Release] | None:
         files = source_files(found[0])
         choices = load_release(v).choices
         names = frozenset(n for d in BACKEND_LISTS for n in choices.get(d, ()))
-        out.append(Release(v, normalise("\n".join(files.values())), files, names))
+        out.append(Release(v, normalise("\n".join(files.values())), files, names,
+                           frozenset(choices.get("kv_cache_dtype", ())), len(out)))
     return out
 
 
@@ -380,6 +412,7 @@ def main() -> int:
         KV4.write_text("[\n" + ",\n".join(json.dumps(run, separators=(",", ":"))
                                            for run in kv4_runs(doc, rels)) + "\n]\n",
                        encoding="utf-8")
+        KV_SM.write_text(dump_lines(kv_sm_runs(doc, rels)), encoding="utf-8")
     return 0
 
 

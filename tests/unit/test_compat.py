@@ -411,6 +411,13 @@ def test_default_table_parses_from_text() -> None:
             "backends.fa3.constraints[2].fatal",
         ),
         (
+            'kind = "model_arch"\narchitectures = ["DeepseekV4ForCausalLM"',
+            'kind = "model_arch"\nfoo = ["DeepseekV4ForCausalLM"',
+            "backends.dsv4.constraints[0].architectures",
+        ),
+        ('sms = [[100, 129]]\nmessage = "--kv-cache-dtype mxfp8', 'sms = [[129, 100]]\n'
+         'message = "--kv-cache-dtype mxfp8', "kv_sm[0].sms[0]"),
+        (
             'candidates = ["fa3", "flashinfer", "triton"]',
             'candidates = ["fa3", "fa5"]',
             "rewrite_preference[0].candidates",

@@ -77,6 +77,27 @@ def test_every_written_range_is_what_the_wheels_say(releases: list[Any]) -> None
     kv4 = json.loads(ranges.KV4.read_text(encoding="utf-8"))
     assert kv4 == ranges.kv4_runs(doc, releases)
     assert kv4, "no release's KV4 checks were read"
+    assert ranges.KV_SM.read_text(encoding="utf-8") == ranges.dump_lines(
+        ranges.kv_sm_runs(doc, releases))
+
+
+def test_every_release_that_takes_an_sm_limited_kv_dtype_has_its_check(
+        releases: list[Any]) -> None:
+    """A release whose parser takes a [[kv_sm]] dtype and whose source lacks the check would
+    only warn: none of the shipped ones does, and each one's line holds the message."""
+    doc = tomllib.loads(ranges.TABLE.read_text(encoding="utf-8"))
+    runs = ranges.kv_sm_runs(doc, releases)
+    by_version = {r.version: r for r in releases}
+    for spec in doc["kv_sm"]:
+        takes = [r.version for r in releases if spec["dtype"] in r.kv_dtypes]
+        covered = [r.version for r in releases
+                   for first, last, cite in runs[spec["dtype"]]
+                   if cite and Version(first) <= Version(r.version) <= Version(last)]
+        assert takes and covered == takes, spec["dtype"]
+        for first, _, cite in runs[spec["dtype"]]:
+            path, line = cite.rsplit(":", 1)
+            raw = by_version[first].files[path].splitlines()
+            assert spec["message"][:24] in raw[int(line) - 1], (first, cite)
 
 
 def test_evidence_ranges_cover_every_release_that_has_the_backend(

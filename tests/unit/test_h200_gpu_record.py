@@ -148,12 +148,11 @@ def test_owned_deaths_score_printed(capsys: pytest.CaptureFixture[str]) -> None:
     assert not device_caught & set(missed)
 
 
-@pytest.mark.xfail(reason="pending h19b (issue 19 items 4-5: release ranges that switch checks "
-                          "off on 0.5.17, cutlass_mla on SM90, MHA-only backends on MLA, "
-                          "CPU/NPU/XPU backends on CUDA); the lead flips this after the merge",
-                   strict=False)
-def test_owned_deaths_caught_before_launch() -> None:
+def test_owned_deaths_caught_before_launch(capsys: pytest.CaptureFixture[str]) -> None:
     caught, total, missed = _score()
+    with capsys.disabled():
+        print(f"\nH200 0.5.17 record: {caught}/{total} owned deaths caught before launch "
+              f"({100 * caught / total:.1f}%, bar {100 * BAR:.0f}%)")
     assert caught / total >= BAR, missed
 
 

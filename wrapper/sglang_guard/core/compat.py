@@ -30,6 +30,7 @@ __all__ = [
     "best_fit",
     "check_backend",
     "check_kv4",
+    "check_kv_sm",
     "load_default_table",
     "parse_table",
 ]
@@ -52,7 +53,7 @@ _DRAFT_FALLBACK = "flashinfer"
 
 ProblemKind = Literal[
     "unknown_backend", "arch", "gpu", "role", "platform", "kv_cache_dtype", "deprecated",
-    "model_field", "model",
+    "model_field", "model_arch", "model",
 ]
 
 
@@ -109,9 +110,15 @@ def _violation(
     sm: int | None,
     kv: str | None,
     fields: frozenset[str] | None = None,
+    architectures: tuple[str, ...] | None = None,
 ) -> str | None:
     """The reason `rule` fails for these facts, or None when it holds or cannot be judged."""
     name = backend.name
+    if rule.kind == "model_arch":
+        if not architectures or set(architectures) & set(rule.architectures):
+            return None
+        return (f"{name} runs only a model of architecture {' or '.join(rule.architectures)}; "
+                f"this one is {', '.join(architectures)}")
     if rule.kind == "model_field":
         if fields is None or rule.field in fields:
             return None
@@ -160,6 +167,7 @@ def _constraint_problems(
     sm: int | None,
     kv: str | None,
     fields: frozenset[str] | None,
+    architectures: tuple[str, ...] | None = None,
 ) -> list[Problem]:
     slot = _SLOT_OF_FLAG[flag]
     found: dict[str, tuple[Constraint, str]] = {}
@@ -177,7 +185,8 @@ def _constraint_problems(
             continue  # SGLang stops at the first failure of each check
         if arch == "ssm" and rule.phase in table.ssm_skips_phases:
             continue  # a pure SSM model never builds the attention backend
-        reason = _violation(backend, rule, slot, arch=arch, sm=sm, kv=kv, fields=fields)
+        reason = _violation(backend, rule, slot, arch=arch, sm=sm, kv=kv, fields=fields,
+                            architectures=architectures)
         if reason is not None:
             if rule.unconfirmed:
                 reason += (f" (seen in SGLang {rule.sglang}, not confirmed in "
@@ -257,6 +266,7 @@ def check_backend(
     kv_cache_dtype: str | None = None,
     model_fields: frozenset[str] | None = None,
     architecture: str | None = None,
+    architectures: tuple[str, ...] | None = None,
 ) -> tuple[Problem, ...]:
     """Every problem SGLang would have with `flag value`, the ones it meets first first.
 
@@ -265,6 +275,8 @@ def check_backend(
     checks; 0 means the host has no NVIDIA GPU (SGLang's own convention). `model_fields`:
     which of the config fields the table asks about the model has (None: not read).
     `architecture`: the model's architectures[0], for the model allow-lists.
+    `architectures`: the model's config.json architectures (None or empty: not known), for
+    the backends SGLang builds for some architectures only (kind model_arch).
     """
     slot = _validate_inputs(flag, arch)
     backend = table.backend(value)
@@ -297,7 +309,7 @@ def check_backend(
         backend = target
     problems += _model_list_problems(table, flag, value, slot, architecture)
     problems += _constraint_problems(table, backend, flag, value, arch=arch, sm=sm, kv=kv,
-                                     fields=model_fields)
+                                     fields=model_fields, architectures=architectures)
     return tuple(problems)
 
 
@@ -361,6 +373,30 @@ def check_kv4(table: CompatTable, *, kv: str | None, arch: str, sm: int | None,
                     f"{', '.join(names)} for {_ARCH_TEXT[arch]} models"),
             sglang_message=_fill(message, choices=list(names), value=value),
             source=f"{source} ({release})", fatal=True))
+    return tuple(out)
+
+
+def check_kv_sm(table: CompatTable, *, kv: str | None, sm: int | None) -> tuple[Problem, ...]:
+    """A --kv-cache-dtype that SGLang's argument phase refuses on this GPU (table.kv_sm).
+
+    Judged only on a known NVIDIA GPU (sm None or 0: no facts). Where the release's parser
+    takes the dtype but its source has no check, the finding only warns.
+    """
+    if kv is None or sm is None or sm == 0:
+        return ()
+    release = table.sglang_version
+    out = []
+    for rule in table.kv_sm:
+        if rule.dtype != kv or _in(sm, rule.sms):
+            continue
+        reason = f"--kv-cache-dtype {kv} needs {_sm_text(rule.sms)}; this GPU is SM{sm}"
+        if rule.source is None:
+            reason += f" (SGLang {release}'s source does not confirm it: a warning only)"
+        out.append(Problem(
+            flag="--kv-cache-dtype", value=kv, kind="gpu", reason=reason,
+            sglang_message=rule.message if rule.source else None,
+            source=f"{rule.source} ({release})" if rule.source else None,
+            fatal=rule.source is not None))
     return tuple(out)
 
 

@@ -25,7 +25,7 @@ PHASE_ORDER = {"args": 0, "build": 1, "worker": 2, "kernel": 3}
 
 ARCHS: tuple[str, ...] = ("mla", "mha", "ssm", "unknown")
 _SLOTS = ("attention", "prefill", "decode", "draft")
-_KINDS = ("arch", "gpu", "role", "platform", "kv_cache_dtype", "model_field")
+_KINDS = ("arch", "gpu", "role", "platform", "kv_cache_dtype", "model_field", "model_arch")
 _PLATFORMS = ("any", "cuda", "rocm", "npu", "cpu", "xpu")
 Ranges = tuple[tuple[int, int], ...]
 
@@ -47,6 +47,9 @@ class Constraint:
     denied: tuple[str, ...] = ()
     platform: str | None = None
     field: str | None = None  # model_field: the config.json field the model must have
+    # model_arch: the config.json architectures SGLang builds the backend's state for (one of
+    # them must be the model's)
+    architectures: tuple[str, ...] = ()
     # The releases whose code behaves so (PEP 440; tools/constraint_ranges.py): where the
     # constraint cites `evidence` (the code that makes the combination fail), the releases
     # whose source holds it; else the releases whose source holds the message.
@@ -121,6 +124,19 @@ class Kv4:
 
 
 @dataclass(frozen=True, slots=True)
+class KvSm:
+    """A --kv-cache-dtype value SGLang's argument phase refuses outside some SMs."""
+
+    dtype: str
+    sms: Ranges
+    message: str
+    note: str | None = None
+    # For a release: the file:line of its check; None where its parser takes the dtype and
+    # its source has no such check (the guard warns only). As written: None.
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Preference:
     """Ordered replacement candidates for some archs on some GPUs."""
 
@@ -148,6 +164,9 @@ class CompatTable:
     # (configs/sglang/model-backends.json), and only where that release has one.
     model_lists: tuple[ModelList, ...] = ()
     kv4: Kv4 | None = None  # as written: the spec; for a release: its checks (or None)
+    # As written: every [[kv_sm]] entry; for a release: those for the dtypes its parser
+    # takes, each with the release's line (configs/sglang/kv-sm.json).
+    kv_sm: tuple[KvSm, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -190,7 +209,8 @@ class CompatTable:
             for run in lists.get(m.architecture, ())
             if Version(run[0]) <= version <= Version(run[1]))
         return replace(self, sglang_version=release, backends=tuple(keep), preferences=prefs,
-                       model_lists=models, kv4=_kv4_for(self.kv4, version))
+                       model_lists=models, kv4=_kv4_for(self.kv4, version),
+                       kv_sm=_kv_sm_for(self.kv_sm, version))
 
 
 def _holds(spec: str, version: Version) -> bool:
@@ -245,6 +265,17 @@ def _kv4_for(spec: Kv4 | None, version: Version) -> Kv4 | None:
                            prefill_sources=tuple((k, prefill[k]) for k in
                                                  ("neither", "sm100", "decode") if k in prefill))
     return None
+
+
+def _kv_sm_for(specs: tuple[KvSm, ...], version: Version) -> tuple[KvSm, ...]:
+    """The KV dtype SM checks of the release (configs/sglang/kv-sm.json)."""
+    runs = _json_config("kv-sm.json", {})
+    out = []
+    for spec in specs:
+        for first, last, cite in runs.get(spec.dtype, ()):
+            if Version(first) <= version <= Version(last):
+                out.append(replace(spec, source=cite))
+    return tuple(out)
 
 
 _JSON: dict[str, Any] = {}
@@ -318,6 +349,7 @@ def _constraint(t: Table, key: str) -> Constraint:
         denied=t.strings("denied") or (),
         platform=t.choice("platform", _PLATFORMS) if kind == "platform" else None,
         field=t.must("field") if kind == "model_field" else None,
+        architectures=t.strings("architectures", required=kind == "model_arch") or (),
         sglang=_specifier(t, "sglang"),
         said=_specifier(t, "said"),
         key=key,
@@ -419,6 +451,7 @@ def parse_table(text: str, path: str) -> CompatTable:
     prefs = root.get("rewrite_preference", list, required=True)
     lists = root.get("model_backends", list) or []
     kv4 = root.table("kv4") if "kv4" in root.data else None
+    kv_sm = [root.child(f"kv_sm[{i}]", t) for i, t in enumerate(root.get("kv_sm", list) or [])]
     table = CompatTable(
         sglang_version=meta.must("sglang_version"),
         sources=meta.strings("sources", required=True) or (),
@@ -443,6 +476,8 @@ def parse_table(text: str, path: str) -> CompatTable:
             messages=(("mla", kv4.must("mla_message")), ("mha", kv4.must("mha_message"))),
             prefill_messages=tuple((k, kv4.must(f"prefill_{k}"))
                                    for k in ("neither", "sm100", "decode"))),
+        kv_sm=tuple(KvSm(dtype=k.must("dtype"), sms=_ranges(k, "sms"), message=k.must("message"),
+                         note=k.text("note")) for k in kv_sm),
     )
     _cross_check(root, table)
     return table
@@ -488,4 +523,7 @@ def confirmed_only(table: CompatTable, source: str | None) -> tuple[CompatTable,
             confirmed += ok
             kept.append(c if ok else replace(c, fatal=False))
         backends.append(replace(b, constraints=tuple(kept)))
-    return replace(table, backends=tuple(backends)), confirmed, total
+    # A KV dtype SM check whose message the source lacks warns only (source None).
+    kv_sm = tuple(k if source is not None and holds(source, k.message) else replace(k, source=None)
+                  for k in table.kv_sm)
+    return replace(table, backends=tuple(backends), kv_sm=kv_sm), confirmed, total

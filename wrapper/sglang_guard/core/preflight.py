@@ -21,6 +21,7 @@ from sglang_guard.core.compat import (
     best_fit,
     check_backend,
     check_kv4,
+    check_kv_sm,
 )
 from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.facts import GpuFacts, ModelFacts
@@ -117,7 +118,8 @@ def preflight(
         problems = check_backend(compat, flag, occ.value, arch=facts.attention_arch,
                                  sm=_sm(gpu), kv_cache_dtype=kv_dtype,
                                  model_fields=_fields(facts),
-                                 architecture=next(iter(facts.architectures), None))
+                                 architecture=next(iter(facts.architectures), None),
+                                 architectures=facts.architectures)
         fatal = [p for p in problems if p.fatal]
         warnings += [f"{p.flag} {p.value}: {p.reason}" for p in problems if not p.fatal]
         if not fatal:
@@ -132,7 +134,8 @@ def preflight(
             edits.append(Edit(spec.dest, "drop"))
         elif finding.action == "rewrite":
             edits.append(Edit(spec.dest, "set", finding.new_value))
-    _add_kv4_findings(cl, options, compat, findings, edits, model=model, gpu=gpu, policy=policy)
+    warnings += _add_kv4_findings(cl, options, compat, findings, edits, model=model, gpu=gpu,
+                                  policy=policy)
     _add_size_findings(cl, options, findings, edits, model=model, gpu=gpu, policy=policy,
                        allow_longer_context=allow_longer_context, unconfirmed=unconfirmed)
     _add_parser_findings(cl, options, findings, edits, policy)
@@ -382,10 +385,11 @@ def _rewrite_target(
 
 def _add_kv4_findings(cl: CommandLine, options: OptionTable, compat: CompatTable,
                       findings: list[Finding], edits: list[Edit], *, model: ModelFacts,
-                      gpu: GpuFacts, policy: PolicyConfig) -> None:
-    """SGLang's FP4 KV cache checks (compat.check_kv4); a flag already judged is skipped.
+                      gpu: GpuFacts, policy: PolicyConfig) -> list[str]:
+    """SGLang's KV dtype SM checks (compat.check_kv_sm) and FP4 KV cache checks
+    (compat.check_kv4); a flag already judged is skipped. Returns the warnings.
 
-    An FP4 dtype the GPU cannot run is dropped (SGLang's default KV dtype); a backend off
+    A KV dtype the GPU cannot run is dropped (SGLang's default KV dtype); a backend off
     SGLang's KV4 list is rewritten to the first listed one that fits, or dropped.
     """
     backends = {}
@@ -394,8 +398,11 @@ def _add_kv4_findings(cl: CommandLine, options: OptionTable, compat: CompatTable
         backends[flag] = occ.value if occ is not None else None
     judged = {f.flag for f in findings}
     kv = cl.value("kv_cache_dtype")
-    problems = check_kv4(compat, kv=kv, arch=model.attention_arch, sm=_sm(gpu),
-                         backends=backends)
+    # A dtype the GPU cannot run at all (SGLang refuses it before any backend check).
+    problems = check_kv_sm(compat, kv=kv, sm=_sm(gpu))
+    notes = [f"{p.flag} {p.value}: {p.reason}" for p in problems if not p.fatal]
+    problems = tuple(p for p in problems if p.fatal) or check_kv4(
+        compat, kv=kv, arch=model.attention_arch, sm=_sm(gpu), backends=backends)
     if any(p.flag == "--kv-cache-dtype" for p in problems):
         problems = tuple(p for p in problems if p.flag == "--kv-cache-dtype")
     for p in problems:
@@ -434,3 +441,4 @@ def _add_kv4_findings(cl: CommandLine, options: OptionTable, compat: CompatTable
             findings.append(finding("drop", f"{p.reason}; dropped so SGLang picks its own "
                                     "default"))
             edits.append(Edit(dest, "drop"))
+    return notes
