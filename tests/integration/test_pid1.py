@@ -33,7 +33,7 @@ def pid1_command(tmp_path: Path, health_port: int) -> tuple[list[str], Launcher]
     launcher = Launcher(tmp_path, [crash] * LAUNCHES + [ready_then_wait()])
     pack = tmp_path / "rules.toml"
     pack.write_text(PACK_TEXT)
-    config = guard_toml(tmp_path, launcher, pack, max_failures=LAUNCHES + 2)
+    config = guard_toml(tmp_path, launcher, pack, status=None, max_failures=LAUNCHES + 2)
     with config.open("a") as fh:
         fh.write('[status]\nlisten = "off"\n')
     return ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "sglang_guard",

@@ -43,7 +43,7 @@ def test_two_guards_on_one_host_each_serve_their_own_status_port(tmp_path: Path)
                 root.mkdir()
                 pack = root / "rules.toml"
                 pack.write_text(PACK_TEXT)
-                config = guard_toml(root, Launcher(root, [ready_then_wait()]), pack)
+                config = guard_toml(root, Launcher(root, [ready_then_wait()]), pack, status=None)
                 assert "[status]" not in config.read_text()  # nothing configured
                 state = root / "state"
                 states.append(state)

@@ -84,7 +84,7 @@ def test_idle_connections_and_a_slowloris_leave_livez_and_the_loop_working(
     pack = tmp_path / "rules.toml"
     pack.write_text(PACK_TEXT)
     port = free_port()
-    config = guard_toml(tmp_path, launcher, pack)
+    config = guard_toml(tmp_path, launcher, pack, status=None)
     with config.open("a") as fh:
         fh.write(f'[status]\nlisten = "127.0.0.1:{port}"\n')
     with HealthServer() as health:

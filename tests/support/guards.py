@@ -24,18 +24,20 @@ Guard = Callable[..., subprocess.Popen[bytes]]
 STATUS_LISTEN = "127.0.0.1:0"
 
 
-def guard_toml(tmp: Path, launcher: Launcher, pack: Path, *, status: str = STATUS_LISTEN,
-               **restart: Any) -> Path:
+def guard_toml(tmp: Path, launcher: Launcher, pack: Path, *,
+               status: str | None = STATUS_LISTEN, **restart: Any) -> Path:
     """A guard config: the launcher as SGLang, the test pack only, tiny timings, and the
-    status port at `status` (any free port unless given)."""
+    status port at `status` (any free port unless given; None: no [status] section, the
+    guard's own default)."""
     restart = {"max_failures": 1, "backoff_initial_s": 0.01, "backoff_max_s": 0.05,
                "stop_grace_s": 2.0, **restart}
     lines = ["[sglang]", f"launch = {json.dumps(launcher.command)}", "[restart]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in restart.items()]
     lines += ["[health]", f'host = "{HEALTH_HOST}"', "timeout_s = 2.0",
               "[rules]", "default_pack = false", f"packs = [{json.dumps(str(pack))}]",
-              "[gpu]", 'sm = "none"', "[log]", 'format = "json"',
-              "[status]", f"listen = {json.dumps(status)}"]
+              "[gpu]", 'sm = "none"', "[log]", 'format = "json"']
+    if status is not None:
+        lines += ["[status]", f"listen = {json.dumps(status)}"]
     path = tmp / "guard.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
