@@ -100,8 +100,12 @@ def test_rank_zero_alone_stalls_in_distributed_init_and_is_given_up(
                                       "--dist-init-addr", f"127.0.0.1:{free_port()}"])
     toml = tmp_path / "guard.toml"
     limit = 20.0
+    secret = tmp_path / "group.secret"  # a group starts only with its shared secret (issue 22)
+    secret.write_text(os.urandom(16).hex() + "\n", encoding="utf-8")
+    secret.chmod(0o600)
     toml.write_text(f"[start]\ninit_s = 300.0\ndist_init_s = {limit}\non_stall = \"give_up\"\n"
-                    "[restart]\nstop_grace_s = 5.0\n", encoding="utf-8")
+                    "[restart]\nstop_grace_s = 5.0\n"
+                    f"[group]\nsecret_file = {json.dumps(str(secret))}\n", encoding="utf-8")
     cmd = guard_run_cmd(sglang_python, state, given,
                         options=["--no-preflight", "--config", str(toml)])
     env = {**os.environ, "SGLANG_CPU_OMP_THREADS_BIND": "0|1"}  # TP 2 on CPU needs it

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_guard.core.status import RESTART_CAUSES
+from sglang_guard.core.status import RESTART_CAUSES, action_label
 from sglang_guard.entry import GUARD_LINE
 from sglang_guard.errors import EXIT_OK
 from sglang_guard.shell.status import ENV_LISTEN
@@ -178,7 +178,7 @@ def test_preflight_fix_is_counted_and_the_port_answers_during_preflight(
         assert fix["trigger"] == "preflight", fix
         assert value(m, "sglang_guard_remediations_total", trigger="preflight",
                      rule=str(fix["rule"]), flag="--attention-backend",
-                     action=str(fix["action"])) == 1
+                     action=action_label(str(fix["action"]))) == 1  # one label vocabulary
         assert value(m, "sglang_guard_launches_total", reason="start") == 1
         assert sum(value(m, "sglang_guard_restarts_total", cause=c) for c in RESTART_CAUSES) == 0
         assert value(m, "sglang_guard_ready") == 1
