@@ -71,8 +71,10 @@ def read_user_text(path: str, expected: str, error: Callable[[str], GuardError])
         raise error(f"cannot read it ({exc})") from None
 
 
-def write_atomic(path: str | Path, text: str, mode: int = 0o644) -> None:
-    """Write `text` to `path` via a temporary file and a rename (parents created); OSError.
+def write_atomic(path: str | Path, text: str | bytes, mode: int = 0o644, *,
+                 fsync: bool = False) -> None:
+    """Write `text` (str as UTF-8, or bytes) to `path` via a temporary file and a rename
+    (parents created; `fsync`: flushed to disk before the rename); OSError.
 
     The temporary file has an unguessable name and is created with O_EXCL | O_NOFOLLOW in the
     target's directory, so a planted symlink is never written through; the rename replaces a
@@ -85,9 +87,11 @@ def write_atomic(path: str | Path, text: str, mode: int = 0o644) -> None:
     try:
         try:
             os.fchmod(fd, mode)  # O_CREAT honours the umask; the caller asked for this mode
-            data = text.encode("utf-8")
+            data = text.encode("utf-8") if isinstance(text, str) else text
             while data:
                 data = data[os.write(fd, data):]
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         tmp.replace(target)

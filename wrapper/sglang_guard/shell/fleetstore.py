@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from sglang_guard.core.fleet import MAX_ENTRY_BYTES, valid_key
 from sglang_guard.core.guardconfig import LearnSection
 from sglang_guard.errors import InputError
-from sglang_guard.shell.files import read_bytes
+from sglang_guard.shell.files import read_bytes, write_atomic
 
 DAY_S = 86400
 UPDATE_ATTEMPTS = 8  # etcd: another guard's write in between makes the compare fail; retry
@@ -127,21 +127,8 @@ class FileStore:
         return read_bytes(path, limit=MAX_ENTRY_BYTES + 1, nofollow=True)
 
     def _write(self, path: Path, value: bytes) -> None:
-        """Temp file, fsync, rename (the lock held)."""
-        tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
-            try:
-                os.write(fd, value)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            tmp.replace(path)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise
+        """Temp file, fsync, rename (the lock held): the project's one atomic writer."""
+        write_atomic(path, value, 0o600, fsync=True)
 
     def get(self, key: str) -> bytes | None:
         """The file's bytes; None when absent or older than the TTL."""
