@@ -2,8 +2,12 @@
 on the real GPU (before the repeat check) now end after two launches, with the crash's line.
 
 Each launch of the fake SGLang prints what real SGLang 0.5.17 printed in that launch on the
-H200 (tests/data/h200-gpu-0.5.17-logs.tar.xz, the guard's own JSON records left out). The
-record itself keeps what happened then: 4 identical launches and exit 75 after ~250-300 s.
+H200 (tests/data/h200-gpu-0.5.17-logs.tar.xz, `superseded/`, the guard's own JSON records left
+out). tests/data/h200-gpu-0.5.17-superseded.jsonl keeps what the first session's guard did
+then: 4 identical launches and exit 75 after ~250-300 s. The second session ran every guarded
+line again on the H200 with the current guard (the record itself, checked by
+tests/unit/test_h200_gpu_record.py): the same three lines, without preflight, end after two
+launches there too.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from sglang_guard.errors import EXIT_GIVE_UP
 from support.harness import HealthServer, Launcher, journal_events, make_runtime, supervise
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-ROWS = [json.loads(x) for x in (DATA / "h200-gpu-0.5.17.jsonl").read_text().splitlines() if x]
+ROWS = [json.loads(x) for x in
+        (DATA / "h200-gpu-0.5.17-superseded.jsonl").read_text().splitlines() if x]
 LOOPS = [r for r in ROWS if r["mode"] != "plain" and r["guard"]["restarts_same_argv"] > 1]
 
 

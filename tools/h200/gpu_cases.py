@@ -5,8 +5,10 @@
 Each case: `id`, `model` (a folder under configs/models), `args` (the line's own flags),
 `mode` (plain, guard, guard-nopf), `phase` (1: needs no FA3 kernels, 2: after flash_ops
 arrives), `exclusive` (runs with the GPU to itself: it takes most of its memory), and the
-base flags it keeps (`base`: which of serve_matrix.BASE the line does not override).
-Deterministic: the same list every time.
+base flags it keeps (`base`: which of serve_matrix.BASE the line does not override), and
+`rerun` (1 or 2: the device run of the second session, with the guard as it then was, that ran
+the line again; absent for the lines the first session's record keeps). Deterministic: the same
+list every time.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ BACKENDS = ("triton", "torch_native", "flex_attention", "dsa", "nsa", "dsv4", "c
 MHA = "llama-hd128"
 MLA = "dsv3-mla576"
 FA3 = "fa3"
+SPEC = ("--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
+        "--speculative-eagle-topk", "2", "--speculative-num-draft-tokens", "4")
 
 
 def _phase(args: list[str]) -> int:
@@ -41,12 +45,18 @@ def cases() -> list[dict[str, object]]:
     out: list[dict[str, object]] = []
 
     def add(cid: str, model: str, *args: str, mode: str = "plain", phase: int | None = None,
-            exclusive: bool = False, drop_base: tuple[str, ...] = ()) -> None:
+            exclusive: bool = False, drop_base: tuple[str, ...] = (),
+            rerun: int | None = None) -> None:
         a = list(args)
-        out.append({"id": f"{model}|{cid}" + ("" if mode == "plain" else f"|{mode}"),
-                    "model": model, "args": a, "mode": mode,
-                    "phase": phase if phase is not None else _phase(a),
-                    "exclusive": exclusive, "drop_base": list(drop_base)})
+        case: dict[str, object] = {
+            "id": f"{model}|{cid}" + ("" if mode == "plain" else f"|{mode}"), "model": model,
+            "args": a, "mode": mode, "phase": phase if phase is not None else _phase(a),
+            "exclusive": exclusive, "drop_base": list(drop_base)}
+        if rerun is None and mode != "plain":
+            rerun = phase  # every guarded run again, with the guard of the second session
+        if rerun is not None:
+            case["rerun"] = rerun
+        out.append(case)
 
     for m in (MHA, MLA):
         add("default", m)
@@ -87,7 +97,14 @@ def cases() -> list[dict[str, object]]:
             "--context-length", "4096")
         add("attention-backend=triton,mem-fraction-static=0.001", m, "--attention-backend",
             "triton", "--mem-fraction-static", "0.001", drop_base=("mem-fraction-static",))
-    # guarded runs (sglang-guard run) on lines that die, and two that serve
+    # speculative decoding (NEXTN: the MLA model's own MTP layer drafts): a topk of 2, which
+    # FlashInfer's MLA draft backend and FlashMLA's page size do not take
+    for b in ("flashinfer", "flashmla"):
+        add(f"attention-backend={b},speculative-eagle-topk=2", MLA, "--attention-backend", b,
+            *SPEC, rerun=1)
+    # guarded runs (sglang-guard run) on lines that die, and two that serve. The phase is what
+    # the line needs as the current guard launches it: a backend dropped in preflight leaves
+    # SGLang's default, fa3 on SM90.
     guarded = [
         ("attention-backend=cutedsl_mla", MHA, ("--attention-backend", "cutedsl_mla"), 2),
         ("attention-backend=flashmla", MHA, ("--attention-backend", "flashmla"), 2),
@@ -102,13 +119,29 @@ def cases() -> list[dict[str, object]]:
          ("--attention-backend", "triton", "--mem-fraction-static", "0.001"), 1),
         ("attention-backend=triton", MHA, ("--attention-backend", "triton"), 1),
         ("default", MLA, (), 2),
-        ("attention-backend=intel_amx", MHA, ("--attention-backend", "intel_amx"), 1),
+        ("attention-backend=intel_amx", MHA, ("--attention-backend", "intel_amx"), 2),
+        ("attention-backend=cutlass_mla", MLA, ("--attention-backend", "cutlass_mla"), 2),
+        ("prefill=fa3,decode=cutlass_mla", MLA,
+         ("--prefill-attention-backend", FA3, "--decode-attention-backend", "cutlass_mla"), 2),
+        ("attention-backend=flashinfer,speculative-eagle-topk=2", MLA,
+         ("--attention-backend", "flashinfer", *SPEC), 2),
+        ("attention-backend=flashmla,speculative-eagle-topk=2", MLA,
+         ("--attention-backend", "flashmla", *SPEC), 1),
     ]
     for cid, m, args, ph in guarded:
         keep = ("mem-fraction-static",) if "--mem-fraction-static" in args else ()
         add(cid, m, *args, mode="guard", phase=ph, drop_base=keep)
-    add("attention-backend=cutedsl_mla", MHA, "--attention-backend", "cutedsl_mla",
-        mode="guard-nopf", phase=2)
+    # without preflight only the log rules act: a rule's fix, or one relaunch of the same line
+    # and then exit 75 with SGLang's own line (give_up_on_repeat), never a crash loop
+    nopf = [
+        ("attention-backend=cutedsl_mla", MHA, "cutedsl_mla", 2),
+        ("attention-backend=flashmla", MHA, "flashmla", 1),
+        ("attention-backend=intel_amx", MHA, "intel_amx", 1),
+        ("attention-backend=torch_native", MLA, "torch_native", 1),
+        ("attention-backend=cutlass_mla", MLA, "cutlass_mla", 2),
+    ]
+    for cid, m, b, ph in nopf:
+        add(cid, m, "--attention-backend", b, mode="guard-nopf", phase=ph)
     # CUDA-graph capture with the static pool taking almost all memory: the GPU to itself
     oom = ("--mem-fraction-static", "0.985", "--cuda-graph-max-bs", "4096")
     drop = ("mem-fraction-static", "max-total-tokens", "cuda-graph")

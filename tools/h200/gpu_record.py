@@ -1,12 +1,17 @@
 """Turn what the H200 runs sent back into the committed record (developer side).
 
-    python tools/h200/gpu_record.py CASES.jsonl OUT.jsonl LOGS.tar.xz RUN_DIR...
+    python tools/h200/gpu_record.py CASES.jsonl OUT.jsonl LOGS.tar.xz RUN_DIR... \
+        [--superseded FIRST.jsonl]
 
 Each RUN_DIR is one run's files as the device tool fetched them (raw-N.jsonl, logs-N.tar.xz,
-checks.jsonl). A line run twice (a phase-1 line cut by the wall clock, or one that needed FA3)
-keeps its last outcome. One compact JSON object a line: the case, plain SGLang's outcome (or
-the guarded run's), the fatal line picked from the log, the device's `check --json` verdict,
-and for guarded runs what the guard did (launches, fixes, exit, seconds to ready).
+checks.jsonl), oldest first. A line run twice (a phase-1 line cut by the wall clock, one that
+needed FA3, or a guarded run made again by a later session) keeps its last outcome; with
+`--superseded`, the earlier outcome of each guarded run that a later run replaced goes there
+(its log under `superseded/` in LOGS), so what the guard did before its fixes stays on record.
+A row whose case carries `rerun` was made by the second session's runs (`session` 2).
+One compact JSON object a line: the case, plain SGLang's outcome (or the guarded run's),
+the fatal line picked from the log, the device's `check --json` verdict, and for guarded runs
+what the guard did (launches, fixes, exit, seconds to ready).
 `cause` names why a line died, read off SGLang's own fatal line (`CAUSES`, first match wins);
 `owned` says whether the guard can know it before launch (the replay tier's yardstick), and
 `not_judged` marks the deaths for want of a package this run did not carry.
@@ -14,10 +19,10 @@ and for guarded runs what the guard did (launches, fixes, exit, seconds to ready
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import re
-import sys
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -41,7 +46,9 @@ CAUSES: tuple[tuple[str, bool | None, str], ...] = (
                    r"|can only be used with non-MLA models"
                    r"|assert dual_chunk_attention_config is not None"),
     ("sglang-message", True, r"is only supported on decode for MLA models"
-                             r"|KV4 MLA expects attention_backend"),
+                             r"|KV4 MLA expects attention_backend"
+                             r"|Flashinfer MLA only supports topk=1 for speculative decoding"
+                             r"|speculative_eagle_topk > 1 with page_size > 1 is only supported"),
     ("memory", False, r"Loaded weights leave no GPU memory|OutOfMemoryError|Not enough memory"),
     ("kernel-dtype", False, r"Expected out tensor to have dtype|expected mat1 and mat2 to have "
                             r"the same dtype"),
@@ -123,10 +130,48 @@ def check_summary(rec: dict[str, Any] | None) -> dict[str, Any] | None:
                          for f in d.get("findings", [])]}
 
 
+def _row(case: dict[str, Any], r: dict[str, Any], log: str, checks: dict[str, dict[str, Any]],
+         log_name: str) -> dict[str, Any]:
+    fatal = fatal_line(log) if r["outcome"] != "ready" else ""
+    row: dict[str, Any] = {
+        "id": case["id"], "model": case["model"], "mode": case["mode"], "args": case["args"],
+        "drop_base": case["drop_base"], "phase": r["phase"], "outcome": r["outcome"],
+        "seconds": r["seconds"], "output_ids": r.get("generate") if r["outcome"] ==
+        "ready" else None, "fatal": fatal or None, "log": log_name}
+    if r["outcome"] == "died":
+        src = log if case["mode"] == "plain" else "\n".join(
+            x for x in log.splitlines() if not x.startswith("{"))
+        cause, owned = classify(fatal_line(src) or fatal, src)
+        row["cause"], row["owned"] = cause, owned
+        row["not_judged"] = cause == "not-carried"
+    if case["mode"] != "plain":
+        row["guard"] = guard_summary(log)
+    else:
+        row["check"] = check_summary(checks.get(case["id"]))
+    if "rerun" in case:
+        row["session"] = 2
+    return row
+
+
+def _add_log(tf: tarfile.TarFile, name: str, log: str) -> None:
+    data = log.encode()
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tf.addfile(info, io.BytesIO(data))
+
+
 def main() -> None:
-    cases_p, out_p, logs_p, *runs = sys.argv[1:]
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cases")
+    ap.add_argument("out")
+    ap.add_argument("logs")
+    ap.add_argument("runs", nargs="+")
+    ap.add_argument("--superseded", default="")
+    a = ap.parse_args()
+    cases_p, out_p, logs_p, runs = a.cases, a.out, a.logs, a.runs
     cases = {c["id"]: c for c in map(json.loads, Path(cases_p).read_text().splitlines())}
     raw: dict[str, tuple[dict[str, Any], str]] = {}
+    superseded: dict[str, tuple[dict[str, Any], str]] = {}
     checks: dict[str, dict[str, Any]] = {}
     for run in map(Path, runs):
         for f in sorted(run.glob("checks.jsonl")):
@@ -146,40 +191,34 @@ def main() -> None:
                 r = json.loads(x)
                 if r["outcome"] == "not-run":
                     continue
+                before = raw.get(r["id"])
+                if before is not None and "rerun" in cases.get(r["id"], {}) and \
+                        before[0]["outcome"] in ("ready", "died"):
+                    superseded[r["id"]] = before  # the last outcome before this run's
                 raw[r["id"]] = (r, logs.get(r.get("log", ""), ""))
-    rows = []
+    rows, first = [], []
     tar_buf = io.BytesIO()
     with tarfile.open(fileobj=tar_buf, mode="w:xz") as tf:
         for cid, case in cases.items():
             if cid not in raw:
                 continue
             r, log = raw[cid]
-            fatal = fatal_line(log) if r["outcome"] != "ready" else ""
-            row: dict[str, Any] = {
-                "id": cid, "model": case["model"], "mode": case["mode"], "args": case["args"],
-                "drop_base": case["drop_base"], "phase": r["phase"], "outcome": r["outcome"],
-                "seconds": r["seconds"], "output_ids": r.get("generate") if r["outcome"] ==
-                "ready" else None, "fatal": fatal or None, "log": r["log"]}
-            if r["outcome"] == "died":
-                src = log if case["mode"] == "plain" else "\n".join(
-                    x for x in log.splitlines() if not x.startswith("{"))
-                cause, owned = classify(fatal_line(src) or fatal, src)
-                row["cause"], row["owned"] = cause, owned
-                row["not_judged"] = cause == "not-carried"
-            if case["mode"] != "plain":
-                row["guard"] = guard_summary(log)
-            else:
-                row["check"] = check_summary(checks.get(cid))
-            rows.append(row)
-            data = log.encode()
-            info = tarfile.TarInfo(r["log"])
-            info.size = len(data)
-            tf.addfile(info, io.BytesIO(data))
+            rows.append(_row(case, r, log, checks, r["log"]))
+            _add_log(tf, r["log"], log)
+            if a.superseded and cid in superseded and case["mode"] != "plain":
+                r0, log0 = superseded[cid]
+                row0 = _row({k: v for k, v in case.items() if k != "rerun"}, r0, log0, checks,
+                            "superseded/" + r0["log"])
+                first.append(row0)
+                _add_log(tf, row0["log"], log0)
     Path(logs_p).write_bytes(tar_buf.getvalue())
-    with Path(out_p).open("w", encoding="utf-8") as out:
-        for row in rows:
-            out.write(json.dumps(row, separators=(",", ":")) + "\n")
-    print(f"{len(rows)} rows -> {out_p}; logs {len(tar_buf.getvalue())} bytes -> {logs_p}")
+    for path, out_rows in ((out_p, rows), (a.superseded, first)):
+        if path:
+            with Path(path).open("w", encoding="utf-8") as out:
+                for row in out_rows:
+                    out.write(json.dumps(row, separators=(",", ":")) + "\n")
+    print(f"{len(rows)} rows -> {out_p}; {len(first)} superseded; "
+          f"logs {len(tar_buf.getvalue())} bytes -> {logs_p}")
 
 
 if __name__ == "__main__":

@@ -189,6 +189,10 @@ class Runner:
             rc = stop_tree(proc, graceful=case["mode"] != "plain")
             rec["stop_exit"] = rc
             rec["stopped_after"] = round(time.monotonic() - start, 1)
+        if case["mode"] != "plain":  # the guard's journal too, should its stdout miss a record
+            for j in sorted((Path(self.a.state) / safe).rglob("*.jsonl")):
+                with contextlib.suppress(OSError):
+                    (self.logs / f"{safe}.{j.name}").write_bytes(j.read_bytes())
         self.write(rec)
 
     def wait_ready(self, proc: subprocess.Popen[bytes], port: int, start: float,
@@ -279,13 +283,16 @@ def main() -> None:
                     help="a case id to run (repeatable; default: the phase's)")
     ap.add_argument("--also", default="", help="a raw-N.jsonl whose FA3-less deaths to rerun")
     ap.add_argument("--checks", type=int, default=0, help="run the guard checks, N workers")
+    ap.add_argument("--rerun", type=int, default=0,
+                    help="run the cases whose `rerun` is N (not the phase's)")
     a = ap.parse_args()
     cases = [json.loads(x) for x in Path(a.cases).read_text().splitlines() if x.strip()]
     if a.checks:
         Path(a.out).mkdir(parents=True, exist_ok=True)
         run_checks(cases, a.models, Path(a.out), a.checks)
         return
-    want = {c["id"] for c in cases if c["phase"] == a.phase}
+    want = {c["id"] for c in cases if (c.get("rerun") == a.rerun if a.rerun else
+                                       c["phase"] == a.phase)}
     if a.also and Path(a.also).exists():
         for x in Path(a.also).read_text().splitlines():
             r = json.loads(x)
