@@ -11,6 +11,7 @@ does not help.
 from __future__ import annotations
 
 import json
+import random
 import re
 import tomllib
 from pathlib import Path
@@ -46,6 +47,13 @@ THRESHOLD = 0.85
 # reporter's own account, no run shown), "suggested" (proposed, untested, or resting on a
 # title or a PR that did not land). The score counts confirmed entries only.
 CONFIDENCE = ("confirmed", "reporter", "suggested")
+# Batch 3 (h7): twenty new threads, split before any look at the guard's results in aggregate:
+# random.Random(SPLIT_SEED).sample of the sorted ids, a third (7) held apart. Each entry of
+# the batch carries `batch`; the labels issue 20 set from its notes carry `reread` (whether
+# the thread text was read again, and what that changed).
+SPLIT_SEED = 20261202
+SPLIT_HELD = 7
+FLAG_ACTIONS = ("drop_flag", "set_flag", "rewrite_value")
 
 
 def _version(text: str) -> str | None:
@@ -115,6 +123,23 @@ def score(entries: list[dict[str, Any]] | None = None) -> tuple[int, int, list[s
     return len(fixable) - len(missed), len(fixable), missed
 
 
+def unconfirmed_changes(entries: list[dict[str, Any]]) -> list[str]:
+    """The entries whose proposal changes a flag that no confirmed thread asks for: any flag
+    change on a `none`/`hang`/`unconfirmed` entry, or a `flag` entry's proposal that is not
+    the confirmed fix (for a `flag` entry that is not `confirmed`, any flag change)."""
+    out = []
+    for entry in entries:
+        fix = propose(entry)
+        if fix is None or fix.action not in FLAG_ACTIONS:
+            continue
+        want = entry["fix"]
+        if want["kind"] == "flag" and want["confidence"] == "confirmed" \
+                and verdict(entry, fix) is None:
+            continue
+        out.append(f"{entry['id']}: {_show(fix)}")
+    return out
+
+
 def names_the_flag(line: str, flag: str) -> bool:
     """Whether SGLang's own message names `flag` (or its setting: "topk=1" for
     --speculative-eagle-topk)."""
@@ -160,6 +185,9 @@ def test_the_readme_states_the_score() -> None:
     stated = re.search(r"Score: (\d+)/(\d+) confirmed", readme)
     assert stated is not None and (int(stated[1]), int(stated[2])) == (fixed, fixable)
     assert f"{len(ENTRIES)} entries" in readme
+    assert f"No flag change on the {len(_of('none') + _of('hang'))} `none`/`hang` entries" in readme
+    changes = unconfirmed_changes(ENTRIES)
+    assert f"**{len(changes)} flag changes no thread confirms**" in readme, changes
     top = (CORPUS.parents[2] / "README.md").read_text(encoding="utf-8")
     assert f"{fixed}/{fixable} confirmed" in top
 
@@ -168,10 +196,45 @@ def test_held_apart_entries_are_new_threads_with_the_guard_before() -> None:
     used = {e["source"] for e in ENTRIES}
     assert HELD and all(e["source"] not in used and e["guard_before"].strip() for e in HELD)
     fixed, fixable, missed = score(_of_kind(HELD, "flag"))
+    changes = unconfirmed_changes(HELD)
     readme = (CORPUS / "README.md").read_text(encoding="utf-8")
-    stated = re.search(r"Held apart: (\d+)/(\d+) confirmed \((\d+) entries\)", readme)
+    stated = re.search(r"Held apart: (\d+)/(\d+) confirmed \((\d+) entries; (\d+) flag "
+                       r"changes? no thread confirms\)", readme)
     assert stated is not None, "README states the held-apart score"
-    assert (int(stated[1]), int(stated[2]), int(stated[3])) == (fixed, fixable, len(HELD)), missed
+    assert (int(stated[1]), int(stated[2]), int(stated[3]), int(stated[4])) == (
+        fixed, fixable, len(HELD), len(changes)), (missed, changes)
+    top = (CORPUS.parents[2] / "README.md").read_text(encoding="utf-8")
+    assert f"held apart {fixed}/{fixable} confirmed ({len(HELD)} entries" in top
+
+
+def test_batch_3_was_split_by_its_seed() -> None:
+    """The held-apart third of batch 3 is the seeded sample, not a choice (README states the
+    seed); every entry of the batch recorded what the guard did before any rule change."""
+    batch = [e for e in ENTRIES + HELD if "batch" in e]
+    ids = sorted(e["id"] for e in batch)
+    held = sorted(e["id"] for e in HELD if "batch" in e)
+    assert len(ids) >= 20 and held == sorted(
+        random.Random(SPLIT_SEED).sample(ids, SPLIT_HELD))  # noqa: S311 (a reproducible split)
+    assert all(e["guard_before"].startswith("explain: ") for e in batch)
+    assert f"seed {SPLIT_SEED}" in (CORPUS / "README.md").read_text(encoding="utf-8")
+
+
+def test_the_labels_set_from_notes_say_whether_they_were_re_read() -> None:
+    """Issue 20 labelled the non-flag entries of its corpus from recorded notes; each says
+    whether its thread was read again (README states the tally)."""
+    noted = [e for e in ENTRIES if "batch" not in e and e["fix"]["kind"] != "flag"]
+    assert noted and all(e["reread"].startswith(("re-read", "not re-read")) for e in noted)
+    reread = [e for e in noted if e["reread"].startswith("re-read")]
+    relabelled = [e for e in reread if "relabelled" in e["reread"]]
+    readme = (CORPUS / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r"Re-read: (\d+) of (\d+) \((\d+) relabelled\)", readme)
+    assert stated is not None
+    assert (int(stated[1]), int(stated[2]), int(stated[3])) == (
+        len(reread), len(noted), len(relabelled))
+    # A re-read that keeps `confirmed` must say what confirms it.
+    for entry in reread:
+        if entry["fix"]["confidence"] == "confirmed":
+            assert "label kept" in entry["reread"], entry["id"]
 
 
 @pytest.mark.parametrize("entry", HELD, ids=lambda e: e["id"])
