@@ -35,6 +35,8 @@ sys.path.insert(0, str(REPO / "tests" / "unit"))
 
 from test_realworld_corpus import ENTRIES, _version, propose, verdict  # noqa: E402
 
+from sglang_guard.core.outcomes import FixKind  # noqa: E402
+
 ROWS = ("prevented by preflight (0 failed launches)", "fixed on the log path (1 failed launch)",
         "refused or given up with a reason", "restart only", "nothing proposed",
         "preflight changed something else")
@@ -104,9 +106,9 @@ def row(entry: dict[str, Any], doc: dict[str, Any] | None) -> str:
     fix = propose(entry)
     if fix is not None and want["kind"] == "flag" and verdict(entry, fix) is None:
         return ROWS[1]
-    if fix is not None and fix.action in ("give_up", "environment"):
+    if fix is not None and fix.action in (FixKind.GIVE_UP, FixKind.ENVIRONMENT):
         return ROWS[2]
-    if fix is not None and fix.action == "restart":
+    if fix is not None and fix.action == FixKind.RESTART:
         return ROWS[3]
     return ROWS[4]
 
