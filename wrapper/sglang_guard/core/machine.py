@@ -62,12 +62,11 @@ from sglang_guard.core.rules import (
     Fix,
     MatchContext,
     Matcher,
-    Rule,
     advice_for,
     advice_record,
     first_fix,
-    in_phase,
     is_catch_all,
+    refired,
 )
 from sglang_guard.core.stages import READY_LINE, Stalled, is_progress
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
@@ -364,7 +363,7 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
     if fix is None:
         # A rule that already fired and now finds nothing left to change (its flag is gone
         # or already has the new value) fired again after its fix: the fix did not hold.
-        again = exhausted or _refired(env.matcher, event.text, state.fired, ctx.phase, ends)
+        again = exhausted or refired(env.matcher, event.text, state.fired, ctx.phase, ends)
         if again and not isinstance(state.tentative, Refired):
             # Not at once: a later line of the same burst may still name a fix (torch's OOM
             # line comes before SGLang's "Capture cuda graph failed", say). A pending
@@ -395,12 +394,6 @@ def _settle(state: State, env: Env) -> tuple[State, list[Action]]:
         return _repeat(state, what.rule_id, what.line, env, [])
     assert what is not None  # noqa: S101 - callers check
     return _apply_fix(state, what.fix, what.line, env)
-
-
-def _refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str,
-             ends_traceback: bool | None) -> tuple[Rule, ...]:
-    return tuple(r for r in matcher.candidates(line, ends_traceback)
-                 if r.fatal and fired.get(r.id, 0) > 0 and in_phase(r, phase))
 
 
 def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list[Action]]:
@@ -440,7 +433,8 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
             return _stop(state, pending, f"rule {rule.id}")
         case EditFlag(value=value, drop=drop):
             new_cl, changed = _edited(state.cl, fix.flag, value, env, drop=drop)
-        case UndoLastEdit():  # no edit of the guard's to undo (it was undone already)
+        case UndoLastEdit():  # a ready launch cleared the edit since the plan: as before, the
+            # edit path (unreached by the shipped packs: no undo rule is a catch-all)
             new_cl, changed = _edited(state.cl, fix.flag, fix.new_value, env)
         case _ as unknown:
             assert_never(unknown)

@@ -45,6 +45,7 @@ __all__ = [
     "Matcher",
     "Rule",
     "RulePack",
+    "acting",
     "acts",
     "advice_for",
     "advice_record",
@@ -58,6 +59,7 @@ __all__ = [
     "parse_pack",
     "plan_fix",
     "precedence",
+    "refired",
 ]
 
 
@@ -294,6 +296,22 @@ def precedence(rule: Rule) -> tuple[bool, bool, int]:
     return (not rule.fatal, not acts(rule), -rule.priority)
 
 
+def acting(matcher: Matcher, line: str, phase: str, ends_traceback: bool | None = None
+           ) -> tuple[Rule, ...]:
+    """The rules that may act on `line` in this phase (fatal ones, advice left out), in pack
+    order: `first_fix` tries them by `precedence`, `refired` looks for one that fired."""
+    return tuple(r for r in matcher.candidates(line, ends_traceback)
+                 if r.fatal and acts(r) and in_phase(r, phase))
+
+
+def refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str,
+            ends_traceback: bool | None = None) -> tuple[Rule, ...]:
+    """The rules acting on `line` that fired before, in pack order (when `first_fix` finds
+    nothing left to change for them, their fix did not hold)."""
+    return tuple(r for r in acting(matcher, line, phase, ends_traceback)
+                 if fired.get(r.id, 0) > 0)
+
+
 def first_fix(
     matcher: Matcher, line: str, ctx: MatchContext, fired: Mapping[str, int],
     ends_traceback: bool | None = None,
@@ -304,9 +322,7 @@ def first_fix(
     conditions hold, it has fires left and `plan_fix` finds something to change. Advice
     rules are never candidates: they change nothing (see `advice_for`).
     """
-    candidates = sorted((r for r in matcher.candidates(line, ends_traceback)
-                         if r.fatal and acts(r) and in_phase(r, ctx.phase)),
-                        key=precedence)
+    candidates = sorted(acting(matcher, line, ctx.phase, ends_traceback), key=precedence)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
     for rule in candidates:
