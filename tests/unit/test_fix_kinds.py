@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import typing
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from click.testing import CliRunner
 
 from sglang_guard.cli import main
 from sglang_guard.core import fixes
+from sglang_guard.core.actions import Exit, PickPort, Schedule, Spawn, Stop
 from sglang_guard.core.fixes import (
     FIX_KINDS,
     Above,
@@ -22,7 +24,9 @@ from sglang_guard.core.fixes import (
 )
 from sglang_guard.core.outcomes import FixKind
 from sglang_guard.core.rulepack import load_default_packs, parse_pack
+from sglang_guard.core.rules import Matcher
 from sglang_guard.errors import ConfigError
+from support.machinerun import Run, events_of, make_env, of, only, record
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fix-kinds.md"
 HEAD = '[pack]\nname = "t"\nsglang_versions = ">=0.5"\n\n[[rules]]\n'
@@ -123,3 +127,62 @@ def test_the_registry_is_the_only_dispatch_on_kinds() -> None:
                  for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
                  if compare.search(line)]
     assert not offenders, offenders
+
+
+# -- the machine carries out each kind's reaction (core/machine._apply_fix's match) ----------
+
+_CASES: dict[FixKind, tuple[str, str, str]] = {
+    # kind: (the rule's fields, the line, what the launch after it shows)
+    FixKind.DROP_FLAG: ('flags = ["--attention-backend"]\n', "bad backend", "spawn"),
+    FixKind.SET_FLAG: ('flags = ["--max-running-requests"]\nnew_value = "4"\n', "too many",
+                       "spawn"),
+    FixKind.REWRITE_VALUE: ('flags = ["--attention-backend"]\nnew_value = "triton"\n',
+                            "bad backend", "spawn"),
+    FixKind.RESTART: ('reason = "crashed"\n', "scheduler died", "backoff"),
+    FixKind.GIVE_UP: ('reason = "no way"\n', "port taken", "exit 75"),
+    FixKind.ENVIRONMENT: ('reason = "broken install"\n', "undefined symbol", "exit 69"),
+    FixKind.PARSER_EXIT: ("", "error: unrecognized arguments: --x", "exit 2"),
+}
+
+
+def _machine_run(kind: FixKind, fields: str, line: str
+                 ) -> tuple[Run, list[typing.Any], list[typing.Any]]:
+    pack = parse_pack(HEAD.replace('">=0.5"', '">=0.5.1"') +
+                      f'id = "k"\npattern = "{line}"\naction = "{kind}"\n{fields}', "k.toml")
+    run = Run(env=replace(make_env(), matcher=Matcher([pack])))
+    run.start()
+    return run, run.line(f"RuntimeError: {line}"), run.exited(1)
+
+
+@pytest.mark.parametrize("kind", list(_CASES))
+def test_the_machine_carries_out_each_kinds_reaction(kind: FixKind) -> None:
+    fields, line, then = _CASES[kind]
+    _, acted, after = _machine_run(kind, fields, line)
+    assert of(acted, Stop), events_of(acted)
+    if then == "spawn":
+        rec = record(acted, "remediated")
+        assert rec["action"] == kind and rec["rule"] == "k"
+        argv = only(after, Spawn).argv
+        assert argv == tuple(rec["argv_after"]) and argv != tuple(rec["argv_before"])
+    elif then == "backoff":
+        assert record(acted, "crash.detected")["reason"] == "crashed"
+        assert any(isinstance(a, Schedule) and a.name == "backoff" for a in after)
+    else:
+        planned = record(acted, "give_up.planned")
+        assert planned.get("class") == {FixKind.ENVIRONMENT: "environment",
+                                        FixKind.PARSER_EXIT: "usage"}.get(kind)
+        assert only(after, Exit).code == int(then.split()[1])
+
+
+def test_every_acting_kind_has_its_machine_case() -> None:
+    """A new kind cannot be added without showing what the machine does with it (undo's
+    two-launch history is in test_machine.py, the free port's in test_ports.py)."""
+    acting = {k for k, spec in FIX_KINDS.items() if spec.acts}
+    assert acting - set(_CASES) == {FixKind.UNDO_GUARD_EDIT}
+
+
+def test_a_free_port_fix_asks_the_shell_for_a_port_once_the_tree_is_gone() -> None:
+    run, acted, after = _machine_run(FixKind.SET_FLAG, 'flags = ["--nccl-port"]\n'
+                                     'new_value = "free_port"\n', "nccl port busy")
+    assert not of(acted, PickPort)  # not while SGLang still runs
+    assert only(after, PickPort).flag == "--nccl-port" and run.state.phase == "picking"

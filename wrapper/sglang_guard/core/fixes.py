@@ -306,27 +306,48 @@ class FixKindSpec:
     acts: bool = True
 
 
-def _no_flag_parse(chk: Table, fields: RuleFields) -> NewValue | None:
-    kind = fields.kind
-    if fields.flags:
-        raise chk.fail("flags", f"{kind} changes no flag")
-    if kind == FixKind.ENVIRONMENT and not fields.reason:
-        raise chk.fail("reason", "an environment rule needs the one-line diagnosis it gives")
-    if fields.new_value is not None:
-        raise chk.fail("new_value", f"{kind} takes no new_value")
-    return parse_value(chk, fields)
-
-
-def _flag_parse(chk: Table, fields: RuleFields) -> NewValue | None:
-    kind = fields.kind
+def _needs_flags(chk: Table, fields: RuleFields, verb: str) -> None:
     if not fields.flags:
-        need = "drops" if kind == FixKind.DROP_FLAG else "changes"
-        raise chk.fail("flags", f"{kind} needs the flag(s) it {need}")
-    if kind == FixKind.REWRITE_VALUE and fields.new_value is None:
-        raise chk.fail("new_value", "rewrite_value needs a new_value")
-    if kind == FixKind.DROP_FLAG and fields.new_value is not None:
-        raise chk.fail("new_value", f"{kind} takes no new_value")
+        raise chk.fail("flags", f"{fields.kind} needs the flag(s) it {verb}")
+
+
+def _no_new_value(chk: Table, fields: RuleFields) -> NewValue | None:
+    if fields.new_value is not None:
+        raise chk.fail("new_value", f"{fields.kind} takes no new_value")
+    return parse_value(chk, fields)  # None; refuses a default/minimum/maximum
+
+
+def _parse_whole(chk: Table, fields: RuleFields) -> NewValue | None:
+    """A kind that changes no flag: no `flags`, no `new_value`."""
+    if fields.flags:
+        raise chk.fail("flags", f"{fields.kind} changes no flag")
+    return _no_new_value(chk, fields)
+
+
+def _parse_environment(chk: Table, fields: RuleFields) -> NewValue | None:
+    if fields.flags:
+        raise chk.fail("flags", f"{fields.kind} changes no flag")
+    if not fields.reason:
+        raise chk.fail("reason", "an environment rule needs the one-line diagnosis it gives")
+    return _no_new_value(chk, fields)
+
+
+def _parse_drop(chk: Table, fields: RuleFields) -> NewValue | None:
+    _needs_flags(chk, fields, "drops")
+    return _no_new_value(chk, fields)
+
+
+def _parse_set(chk: Table, fields: RuleFields) -> NewValue | None:
+    """`new_value` in any form, or none (a flag that takes no value)."""
+    _needs_flags(chk, fields, "changes")
     return parse_value(chk, fields)
+
+
+def _parse_rewrite(chk: Table, fields: RuleFields) -> NewValue | None:
+    _needs_flags(chk, fields, "changes")
+    if fields.new_value is None:
+        raise chk.fail("new_value", "rewrite_value needs a new_value")
+    return parse_value(chk, fields)  # free_port is set_flag's alone (parse_value says so)
 
 
 def _whole(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str | None
@@ -356,13 +377,18 @@ def _plan_drop(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str
 
 def _plan_set(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str | None
               ) -> Fix | None:
-    for flag, present, old in _flags(rule, ctx):
-        if not present and rule.action == FixKind.REWRITE_VALUE:
-            continue  # rewrite changes a value that is there; set_flag also adds the flag
-        fix = _set_to(rule, ctx, flag, old=old if present else None, present=present, caps=caps)
-        if fix is not None:
-            return fix
-    return None
+    """The first flag the new value changes, added when absent."""
+    return next((fix for flag, present, old in _flags(rule, ctx)
+                 if (fix := _set_to(rule, ctx, flag, old=old, present=present, caps=caps))
+                 is not None), None)
+
+
+def _plan_rewrite(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str | None
+                  ) -> Fix | None:
+    """As set_flag, for a flag on the command line only."""
+    return next((fix for flag, present, old in _flags(rule, ctx) if present
+                 if (fix := _set_to(rule, ctx, flag, old=old, present=True, caps=caps))
+                 is not None), None)
 
 
 def _set_to(rule: Rule, ctx: MatchContext, flag: str, *, old: str | None, present: bool,
@@ -483,17 +509,18 @@ def _render_set(fix: Fix) -> str:
 
 
 FIX_KINDS: Mapping[FixKind, FixKindSpec] = {spec.kind: spec for spec in (
-    FixKindSpec(FixKind.DROP_FLAG, True, _flag_parse, _plan_drop, _apply_edit, _render_drop),
-    FixKindSpec(FixKind.SET_FLAG, True, _flag_parse, _plan_set, _apply_edit, _render_set),
-    FixKindSpec(FixKind.REWRITE_VALUE, True, _flag_parse, _plan_set, _apply_edit, _render_set),
-    FixKindSpec(FixKind.RESTART, False, _no_flag_parse, _whole, _apply_restart, _render_named),
-    FixKindSpec(FixKind.GIVE_UP, False, _no_flag_parse, _whole, _apply_give_up, _render_named),
-    FixKindSpec(FixKind.UNDO_GUARD_EDIT, False, _no_flag_parse, _plan_undo, _apply_undo,
+    FixKindSpec(FixKind.DROP_FLAG, True, _parse_drop, _plan_drop, _apply_edit, _render_drop),
+    FixKindSpec(FixKind.SET_FLAG, True, _parse_set, _plan_set, _apply_edit, _render_set),
+    FixKindSpec(FixKind.REWRITE_VALUE, True, _parse_rewrite, _plan_rewrite, _apply_edit,
                 _render_set),
-    FixKindSpec(FixKind.ENVIRONMENT, False, _no_flag_parse, _whole, _apply_environment,
+    FixKindSpec(FixKind.RESTART, False, _parse_whole, _whole, _apply_restart, _render_named),
+    FixKindSpec(FixKind.GIVE_UP, False, _parse_whole, _whole, _apply_give_up, _render_named),
+    FixKindSpec(FixKind.UNDO_GUARD_EDIT, False, _parse_whole, _plan_undo, _apply_undo,
+                _render_set),
+    FixKindSpec(FixKind.ENVIRONMENT, False, _parse_environment, _whole, _apply_environment,
                 _render_exit(EXIT_ENVIRONMENT), label=f"environment (exit {EXIT_ENVIRONMENT})"),
-    FixKindSpec(FixKind.ADVICE, False, _no_flag_parse, _whole, _apply_advice, _render_set,
+    FixKindSpec(FixKind.ADVICE, False, _parse_whole, _whole, _apply_advice, _render_set,
                 acts=False),
-    FixKindSpec(FixKind.PARSER_EXIT, False, _no_flag_parse, _whole, _apply_parser_exit,
+    FixKindSpec(FixKind.PARSER_EXIT, False, _parse_whole, _whole, _apply_parser_exit,
                 _render_exit(EXIT_USAGE)),
 )}

@@ -157,7 +157,7 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
     if not pattern:
         raise chk.fail("pattern", "missing or empty")
     try:
-        compile_pattern(pattern)
+        groups = compile_pattern(pattern).groupindex
     except re2.error as exc:
         detail = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
         raise chk.fail("pattern", f"not a valid RE2 pattern: {detail}") from None
@@ -174,8 +174,7 @@ def _parse_rule(path: str, pack: str, index: int, table: Any) -> Rule:
     minimum, maximum = chk.get("minimum", (int, float)), chk.get("maximum", (int, float))
     reason = chk.get("reason", str, "")
     # The kind's own checks, and new_value read once into its typed form (core/fixes.py).
-    fields = RuleFields(kind, flags, chk.get("new_value", str),
-                        compile_pattern(pattern).groupindex, chk.get("default", str),
+    fields = RuleFields(kind, flags, chk.get("new_value", str), groups, chk.get("default", str),
                         None if minimum is None else float(minimum),
                         None if maximum is None else float(maximum), reason)
     new_value = FIX_KINDS[kind].parse(chk, fields)
