@@ -274,7 +274,9 @@ def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | No
     """
     if not _conditions_hold(rule.conditions, ctx):
         return None
-    return FIX_KINDS[rule.action].plan(rule, ctx, captures(rule, line), line)
+    spec = FIX_KINDS[rule.action]
+    caps = captures(rule, line) if spec.changes_flag else {}  # a flag's value may use them
+    return spec.plan(rule, ctx, caps, line)
 
 
 def acts(rule: Rule) -> bool:
