@@ -49,6 +49,8 @@ from test_realworld_corpus import (  # noqa: E402
     verdict,
 )
 
+from sglang_guard.core.outcomes import FixKind  # noqa: E402
+
 ROWS = ("prevented by preflight (0 failed launches)", "fixed on the log path (1 failed launch)",
         "refused or given up with a reason", "restart only", "nothing proposed",
         "preflight changed something else")
@@ -121,9 +123,9 @@ def row(entry: dict[str, Any], doc: dict[str, Any] | None) -> str:
     fix = propose(entry)
     if fix is not None and want["kind"] == "flag" and verdict(entry, fix) is None:
         return ROWS[1]
-    if fix is not None and fix.action in ("give_up", "environment", "parser_exit"):
+    if fix is not None and fix.action in (FixKind.GIVE_UP, FixKind.ENVIRONMENT, FixKind.PARSER_EXIT):
         return ROWS[2]
-    if fix is not None and fix.action == "restart":
+    if fix is not None and fix.action == FixKind.RESTART:
         return ROWS[3]
     return ROWS[4]
 

@@ -25,6 +25,7 @@ from sglang_guard.core.dataset import (
     sglang_args,
     split_example,
 )
+from sglang_guard.core.fixes import Literal
 from sglang_guard.core.options import OptionTable, load_option_table
 from sglang_guard.core.packcheck import check_pack
 from sglang_guard.core.rules import (
@@ -142,7 +143,7 @@ def test_a_value_changed_gives_rewrite_value(options: OptionTable) -> None:
         "# after\nsglang serve --model-path m --kv-cache-dtype=fp4_mx_block16  # block-16 FP4\n",
         errorClass="RuntimeError"), options)
     assert (rule.action, rule.flags, rule.values, rule.new_value) == (
-        "rewrite_value", ("--kv-cache-dtype",), ("nvfp4",), "fp4_mx_block16")
+        "rewrite_value", ("--kv-cache-dtype",), ("nvfp4",), Literal("fp4_mx_block16"))
     assert rule.pattern.startswith(r"\bRuntimeError: ")
 
 
@@ -155,7 +156,7 @@ def test_a_flag_added_gives_set_flag(options: OptionTable) -> None:
         "  --speculative-draft-model-path llama-draft "
         "--speculative-draft-attention-backend triton\n"), options)
     assert (rule.action, rule.flags, rule.new_value) == (
-        "set_flag", ("--speculative-draft-attention-backend",), "triton")
+        "set_flag", ("--speculative-draft-attention-backend",), Literal("triton"))
     fix = plan_fix(rule, ctx({"--model-path": "ds"}))
     assert fix is not None and fix.new_value == "triton"
 

@@ -13,6 +13,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglang_guard.core.argv import parse_command_line
+from sglang_guard.core.fixes import Above, Literal
 from sglang_guard.core.logline import clean
 from sglang_guard.core.options import load_option_table
 from sglang_guard.core.releases import known_releases, load_release
@@ -113,8 +114,9 @@ def test_flags_and_values_exist_in_a_release_the_rule_covers(rule: Rule) -> None
         assert having, f"{flag} is in no release of {rule.id}'s range"
         if flag not in rule.flags:
             continue
-        for value in [*(rule.values or ()), rule.new_value or ""]:
-            if value and not value.startswith("scale:"):
+        literal = rule.new_value.text if isinstance(rule.new_value, Literal | Above) else ""
+        for value in [*(rule.values or ()), literal]:
+            if value:
                 assert any(t.by_string[flag].choices is None
                            or value in (t.by_string[flag].choices or ()) for t in having), (
                     f"{value} is a choice of {flag} in no release of {rule.id}'s range")

@@ -16,9 +16,11 @@ from sglang_guard.core.actions import Exit, Journal, Spawn
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.blockscan import BlockScan
 from sglang_guard.core.events import ChildExited, ChildLine, Tick
+from sglang_guard.core.fixes import Scale
 from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
 from sglang_guard.core.logline import clean
 from sglang_guard.core.options import load_option_table
+from sglang_guard.core.outcomes import FixKind
 from sglang_guard.core.rules import MatchContext, Matcher, load_default_packs, plan_fix
 from sglang_guard.shell.explain import explain_fix, explain_lines
 
@@ -184,7 +186,8 @@ def test_only_the_line_that_ends_a_traceback_counts_as_the_crash() -> None:
 
 # --- item 4: a set_flag rule with a default acts when the flag is absent --------------------
 
-_DEFAULTED = {r.id: r for r in MATCHER.rules if r.action == "set_flag" and r.default is not None}
+_DEFAULTED = {r.id: r for r in MATCHER.rules if r.action == FixKind.SET_FLAG
+              and isinstance(r.new_value, Scale) and r.new_value.default is not None}
 MESSAGE_LINES = [(m["rule"], m["text"]) for m in MESSAGES if m["rule"] in _DEFAULTED]
 
 

@@ -18,9 +18,9 @@ from sglang_guard.core import machine
 from sglang_guard.core import status as model
 from sglang_guard.core.actions import Journal
 from sglang_guard.core.events import ChildLine
+from sglang_guard.core.fixes import FIX_KINDS
 from sglang_guard.core.guardconfig import StartSection
 from sglang_guard.core.outcomes import FixKind, GiveUpCause, Phase
-from sglang_guard.core.rulepack import ACTIONS
 from sglang_guard.shell.metrics import Metrics
 from support.machinerun import Run, make_env
 from support.pack import DRAFT_LINE, GIVE_UP_LINE
@@ -56,7 +56,7 @@ def test_a_held_worker_reads_1_for_held_and_0_elsewhere() -> None:
 
 
 def test_fix_kinds_are_the_rule_packs_actions_and_causes_the_metric_labels() -> None:
-    assert [k.value for k in FixKind] == list(ACTIONS)
+    assert list(FIX_KINDS) == list(FixKind)
     assert [c.value for c in GiveUpCause] == list(model.GIVE_UP_REASONS)
 
 

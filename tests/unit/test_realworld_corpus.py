@@ -22,9 +22,10 @@ from click.testing import CliRunner
 from packaging.version import InvalidVersion, Version
 
 from sglang_guard.cli import main
+from sglang_guard.core.fixes import number
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import clean
-from sglang_guard.core.rules import Fix, number
+from sglang_guard.core.rules import Fix
 from sglang_guard.shell.child import LINE_CAP
 from sglang_guard.shell.explain import explain_fix
 

@@ -250,6 +250,7 @@ def import_(output: str | None, versions: str | None, sglang_src: str | None,
     Exit status: 0 written, 2 bad input (unreadable dataset, unknown schema version, no
     record that gives a rule).
     """
+    from sglang_guard.core.outcomes import FixKind  # noqa: PLC0415
     from sglang_guard.core.termsafe import printable  # noqa: PLC0415
     from sglang_guard.shell.importer import import_dataset  # noqa: PLC0415
 
@@ -258,7 +259,7 @@ def import_(output: str | None, versions: str | None, sglang_src: str | None,
     for note in outcome.imported.notes:
         click.echo(printable(f"sglang-guard: record {note.record}: {note.problem}"), err=True)
     rules_ = outcome.pack.rules
-    advice = sum(r.action == "advice" for r in rules_)
+    advice = sum(r.action == FixKind.ADVICE for r in rules_)
     skipped = sum(n.skipped for n in outcome.imported.notes)
     summary = (f"{len(rules_)} rules ({len(rules_) - advice} with an action, {advice} advice) "
                f"from {outcome.imported.records} records, {skipped} skipped")

@@ -22,7 +22,9 @@ from typing import Any
 import re2
 
 from sglang_guard.core.argv import CommandLine, parse_command_line
+from sglang_guard.core.fixes import Literal
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.outcomes import FixKind
 from sglang_guard.core.packcheck import is_denied
 from sglang_guard.core.rulepack import Rule, compile_pattern
 from sglang_guard.errors import GuardError, InputError
@@ -172,21 +174,21 @@ def sglang_args(section: str) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Action:
-    """What the example fix asks for; `action` "advice" with the reason when nothing."""
+class ExampleFix:
+    """What a record's example fix asks for; `action` advice with the reason when nothing."""
 
-    action: str
+    action: FixKind
     flag: str | None = None
     values: tuple[str, ...] | None = None
     new_value: str | None = None
     why: str = ""
 
 
-def _advice(why: str) -> Action:
-    return Action("advice", why=why)
+def _advice(why: str) -> ExampleFix:
+    return ExampleFix(FixKind.ADVICE, why=why)
 
 
-def _parse(args: list[str], table: OptionTable, which: str) -> CommandLine | Action:
+def _parse(args: list[str], table: OptionTable, which: str) -> CommandLine | ExampleFix:
     try:
         cl = parse_command_line(args, table)
     except GuardError as exc:
@@ -202,7 +204,7 @@ def _parse(args: list[str], table: OptionTable, which: str) -> CommandLine | Act
     return cl
 
 
-def derive_action(example: str, table: OptionTable) -> Action:
+def derive_action(example: str, table: OptionTable) -> ExampleFix:
     """The one flag change between the example's before and after command lines."""
     if not example.strip():
         return _advice("the record has no exampleFix")
@@ -219,7 +221,7 @@ def derive_action(example: str, table: OptionTable) -> Action:
             return _advice(f"the example's {which} section holds no command line "
                            "(a comment only)")
         cl = _parse(args, table, which)
-        if isinstance(cl, Action):
+        if isinstance(cl, ExampleFix):
             return cl
         parsed.append(cl)
     before, after = (cl.effective() for cl in parsed)
@@ -236,13 +238,13 @@ def derive_action(example: str, table: OptionTable) -> Action:
         return _advice(f"the example changes {flag}, which no rule may change (deny list)")
     old, new = before.get(flag), after.get(flag)
     if flag not in after:
-        return Action("drop_flag", flag, (old,) if old is not None else None)
+        return ExampleFix(FixKind.DROP_FLAG, flag, (old,) if old is not None else None)
     spec = table.spec(flag)
     if spec.nargs not in (None, 0, 1, "?"):
         return _advice(f"the example sets {flag}, which takes several values")
     if flag not in before:
-        return Action("set_flag", flag, None, new)
-    return Action("rewrite_value", flag, (old,) if old is not None else None, new)
+        return ExampleFix(FixKind.SET_FLAG, flag, None, new)
+    return ExampleFix(FixKind.REWRITE_VALUE, flag, (old,) if old is not None else None, new)
 
 
 # --- records to rules ----------------------------------------------------------------------
@@ -285,15 +287,16 @@ def convert(entry: Entry, table: OptionTable, rule_id: str) -> tuple[Rule | None
         return None, [Note(entry.id, problem or "no pattern", skipped=True)]
     act = derive_action(_text(record, "exampleFix"), table)
     solutions = _texts(record, "solutions")
-    notes = [Note(entry.id, f"advice only: {act.why}")] if act.action == "advice" else []
+    notes = [Note(entry.id, f"advice only: {act.why}")] if act.action == FixKind.ADVICE else []
     message = _text(record, "errorMessage")
     if message and not compile_pattern(pattern).search(f"{_text(record, 'errorClass')}: {message}"):
         notes.append(Note(entry.id, "the pattern does not match the record's own errorMessage"))
-    reason = (f"no automatic action: {act.why}" if act.action == "advice"
+    reason = (f"no automatic action: {act.why}" if act.action == FixKind.ADVICE
               else (solutions[0] if solutions else _text(record, "errorMessage")))
     rule = Rule(
         id=rule_id, pattern=pattern, action=act.action,
-        flags=(act.flag,) if act.flag else (), values=act.values, new_value=act.new_value,
+        flags=(act.flag,) if act.flag else (), values=act.values,
+        new_value=None if act.new_value is None else Literal(act.new_value),
         reason=reason, source=_source(record), record=entry.id,
         explanation=_explanation(record), solutions=solutions,
         prevention=_texts(record, "preventionTips"),
@@ -368,7 +371,7 @@ def render_pack(name: str, versions: str, imported: Imported, origin: str) -> st
         if rule.values is not None:
             lines.append(f"values = {_toml(rule.values)}")
         if rule.new_value is not None:
-            lines.append(f"new_value = {_toml(rule.new_value)}")
+            lines.append(f"new_value = {_toml(rule.new_value.text)}")
         lines.append(f"reason = {_toml(rule.reason)}")
         if rule.source:
             lines.append(f"source = {_toml(rule.source)}")

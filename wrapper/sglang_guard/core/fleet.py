@@ -24,6 +24,7 @@ from typing import Any
 from sglang_guard.core.argv import CONFIG_FLAG, CommandLine, parse_command_line
 from sglang_guard.core.edits import Edit, apply_edits
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.outcomes import FixKind
 from sglang_guard.core.packcheck import INTERNAL_PORTS, is_denied, resolve_flag
 from sglang_guard.core.redact import is_secret_dest, redact_text
 from sglang_guard.core.rulepack import RulePack
@@ -34,7 +35,7 @@ MAX_EDITS = 16
 MAX_LINES = 8
 MAX_TEXT = 500  # a fatal line or an origin field, at most
 STATUSES = ("proven", "known_bad")
-EDIT_ACTIONS = ("drop_flag", "set_flag")
+EDIT_ACTIONS = (FixKind.DROP_FLAG, FixKind.SET_FLAG)
 KEY_CHARS = frozenset("0123456789abcdef")
 
 # Words of a flag's name that make its value a per-host fact: where it listens or dials,
@@ -122,7 +123,7 @@ class FleetEdit:
     """One change of the command line, as the journal writes a remediation."""
 
     flag: str
-    action: str  # drop_flag | set_flag
+    action: FixKind  # drop_flag | set_flag (EDIT_ACTIONS)
     old_value: str | None = None
     new_value: str | None = None
 
@@ -216,11 +217,11 @@ def _edit(raw: object) -> FleetEdit:
     if action not in EDIT_ACTIONS:
         raise ValueError(f"edits: action {action!r} is not one of {', '.join(EDIT_ACTIONS)}")
     old, new = _opt_str(raw, "old_value"), _opt_str(raw, "new_value")
-    if action == "drop_flag" and new is not None:
+    if action == FixKind.DROP_FLAG and new is not None:
         raise ValueError(f"edits: drop_flag {flag} with a new value")
     if any(v is not None and len(v) > MAX_TEXT for v in (old, new)):
         raise ValueError(f"edits: {flag}: value too long")
-    return FleetEdit(flag, str(action), old, new)
+    return FleetEdit(flag, FixKind(action), old, new)
 
 
 def decode_entry(raw: bytes, key: str) -> Entry:
@@ -270,12 +271,12 @@ def learned_edits(first: CommandLine, ready: CommandLine) -> tuple[FleetEdit, ..
     out: list[FleetEdit] = []
     for flag, value in before.items():
         if flag not in after and not per_host(flag):
-            out.append(FleetEdit(flag, "drop_flag", value, None))
+            out.append(FleetEdit(flag, FixKind.DROP_FLAG, value, None))
     for flag, value in after.items():
         if per_host(flag):
             continue
         if flag not in before or before[flag] != value:
-            out.append(FleetEdit(flag, "set_flag", before.get(flag), value))
+            out.append(FleetEdit(flag, FixKind.SET_FLAG, before.get(flag), value))
     return tuple(out)
 
 
@@ -291,7 +292,7 @@ def problems(entry: Entry, table: OptionTable, allow: Collection[str] = ()) -> l
             out.append(f"{edit.flag} is on the deny list: no fleet entry may change it")
         elif per_host(edit.flag, spec.dest) or edit.flag in INTERNAL_PORTS:
             out.append(f"{edit.flag} is a per-host flag: no entry may change it")
-        if edit.action != "set_flag":
+        if edit.action != FixKind.SET_FLAG:
             continue
         if not spec.takes_value and edit.new_value is not None:
             out.append(f"{edit.flag} takes no value")
@@ -310,7 +311,7 @@ def apply_entry(cl: CommandLine, entry: Entry, table: OptionTable, derived_dir: 
     edits = []
     for e in entry.edits:
         dest = table.spec(e.flag).dest
-        edits.append(Edit(dest, "drop") if e.action == "drop_flag" else
+        edits.append(Edit(dest, "drop") if e.action == FixKind.DROP_FLAG else
                      Edit(dest, "set", e.new_value))
     result = apply_edits(cl, table, edits, derived_dir)
     yaml_data = result.derived_yaml if result.derived_yaml is not None else cl.yaml_data

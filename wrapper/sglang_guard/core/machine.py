@@ -10,6 +10,7 @@ from __future__ import annotations
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import assert_never
 
 from sglang_guard.core.actions import (
     Action,
@@ -44,6 +45,14 @@ from sglang_guard.core.events import (
     SignalReceived,
     Tick,
 )
+from sglang_guard.core.fixes import (
+    FIX_KINDS,
+    EditFlag,
+    EndGuard,
+    PickFreePort,
+    Relaunch,
+    UndoLastEdit,
+)
 from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSection
 from sglang_guard.core.logline import crash_signature
 from sglang_guard.core.options import OptionTable
@@ -53,11 +62,11 @@ from sglang_guard.core.rules import (
     Fix,
     MatchContext,
     Matcher,
-    Rule,
     advice_for,
     advice_record,
     first_fix,
-    in_phase,
+    is_catch_all,
+    refired,
 )
 from sglang_guard.core.stages import READY_LINE, Stalled, is_progress
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
@@ -354,7 +363,7 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
     if fix is None:
         # A rule that already fired and now finds nothing left to change (its flag is gone
         # or already has the new value) fired again after its fix: the fix did not hold.
-        again = exhausted or _refired(env.matcher, event.text, state.fired, ctx.phase, ends)
+        again = exhausted or refired(env.matcher, event.text, state.fired, ctx.phase, ends)
         if again and not isinstance(state.tentative, Refired):
             # Not at once: a later line of the same burst may still name a fix (torch's OOM
             # line comes before SGLang's "Capture cuda graph failed", say). A pending
@@ -363,7 +372,7 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
                 actions.append(Schedule("settle", state.gen, SETTLE_S))
             state = replace(state, tentative=Refired(again[0].id, event.text))
         return state, actions
-    if fix.rule.priority < 0:  # a catch-all: give the specific line of the same crash a moment
+    if is_catch_all(fix.rule):  # give the specific line of the same crash a moment
         if state.tentative is None:
             actions.append(Schedule("settle", state.gen, SETTLE_S))
             state = replace(state, tentative=CatchAll(fix, event.text))
@@ -387,58 +396,48 @@ def _settle(state: State, env: Env) -> tuple[State, list[Action]]:
     return _apply_fix(state, what.fix, what.line, env)
 
 
-def _refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str,
-             ends_traceback: bool | None) -> tuple[Rule, ...]:
-    return tuple(r for r in matcher.candidates(line, ends_traceback)
-                 if r.fatal and fired.get(r.id, 0) > 0 and in_phase(r, phase))
-
-
 def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list[Action]]:
     rule = fix.rule
     fired = {**state.fired, rule.id: state.fired.get(rule.id, 0) + 1}
     state = replace(state, fired=fired, decided=fix)
     base = {"trigger": "log", "rule": rule.id, "line": line, "gen": state.gen}
-    if fix.action == "environment":
-        diagnosis = fix.diagnosis or rule.reason
-        pending = Pending("exit", code=EXIT_ENVIRONMENT, reason=f"{rule.id}: {diagnosis}",
-                          cause=GiveUpCause.RULE)
-        new, actions = _stop(state, pending, f"rule {rule.id}")
-        return new, [Journal({"event": "give_up.planned", **base, "class": "environment",
-                              "reason": diagnosis}),
-                     Notify(status=f"environment failure: {diagnosis}"), *actions]
-    if fix.action == "parser_exit":  # SGLang's parser exits 2: the same line fails the same
-        pending = Pending("exit", code=EXIT_USAGE, reason=f"{rule.id}: {line.strip()}",
-                          cause=GiveUpCause.RULE)
-        new, actions = _stop(state, pending, f"rule {rule.id}")
-        return new, [Journal({"event": "give_up.planned", **base, "class": "usage",
-                              "reason": rule.reason}),
-                     Notify(status=f"SGLang's parser rejects the command line: {line.strip()}"),
-                     *actions]
-    if fix.action == "give_up":
-        why = fix.diagnosis or rule.reason  # the reason with the line's port, address, name
-        pending = Pending("exit", code=EXIT_GIVE_UP, reason=f"{rule.id}: {why}",
-                          cause=GiveUpCause.RULE)
-        new, actions = _stop(state, pending, f"rule {rule.id}")
-        return new, [Journal({"event": "give_up.planned", **base, "reason": why}), *actions]
-    if fix.action == "undo_guard_edit" and state.before_fix is not None:
-        before, flag = state.before_fix
-        journal = Journal({"event": "remediated", **base, "flag": flag, "action": "undo",
-                           "reason": f"SGLang {env.sglang_version or ''} rejects the guard's own "
-                                     f"change of {flag}; restoring the command line before it",
-                           "argv_before": redact_argv(state.cl.argv, env.options),
-                           "argv_after": redact_argv(before.argv, env.options)})
-        pending = Pending("restart", cl=before, reason="undo guard edit")
-        new, actions = _stop(replace(state, before_fix=None), pending, f"rule {rule.id}")
-        return new, [journal, *actions]
-    if fix.action == "restart":
-        pending = Pending("restart", cl=state.cl, failure=True, reason=rule.reason)
-        new, actions = _stop(state, pending, f"rule {rule.id}")
-        return new, [Journal({"event": "crash.detected", **base, "reason": rule.reason}), *actions]
-    if fix.free_port:  # the port is picked once the child is gone, just before the launch
-        pending = Pending("restart", cl=state.cl, reason=rule.reason,
-                          port_fix=PortFix(fix, line, state.gen))
-        return _stop(state, pending, f"rule {rule.id}")
-    new_cl, changed = _edited(state.cl, fix, fix.new_value, env)
+    match FIX_KINDS[fix.action].apply(fix, line):
+        case EndGuard(code=code, exit_reason=exit_reason, reason=reason, klass=klass,
+                      status=shown):
+            pending = Pending("exit", code=code, reason=exit_reason, cause=GiveUpCause.RULE)
+            new, actions = _stop(state, pending, f"rule {rule.id}")
+            journal = Journal({"event": "give_up.planned", **base,
+                               **({"class": klass} if klass is not None else {}),
+                               "reason": reason})
+            notify = [Notify(status=shown)] if shown is not None else []
+            return new, [journal, *notify, *actions]
+        case UndoLastEdit() if state.before_fix is not None:
+            before, flag = state.before_fix
+            journal = Journal({"event": "remediated", **base, "flag": flag, "action": "undo",
+                               "reason": f"SGLang {env.sglang_version or ''} rejects the guard's "
+                                         f"own change of {flag}; restoring the command line "
+                                         "before it",
+                               "argv_before": redact_argv(state.cl.argv, env.options),
+                               "argv_after": redact_argv(before.argv, env.options)})
+            pending = Pending("restart", cl=before, reason="undo guard edit")
+            new, actions = _stop(replace(state, before_fix=None), pending, f"rule {rule.id}")
+            return new, [journal, *actions]
+        case Relaunch(reason=reason):
+            pending = Pending("restart", cl=state.cl, failure=True, reason=reason)
+            new, actions = _stop(state, pending, f"rule {rule.id}")
+            return new, [Journal({"event": "crash.detected", **base, "reason": reason}),
+                         *actions]
+        case PickFreePort():  # the port is picked once the child is gone, before the launch
+            pending = Pending("restart", cl=state.cl, reason=rule.reason,
+                              port_fix=PortFix(fix, line, state.gen))
+            return _stop(state, pending, f"rule {rule.id}")
+        case EditFlag(value=value, drop=drop):
+            new_cl, changed = _edited(state.cl, fix.flag, value, env, drop=drop)
+        case UndoLastEdit():  # a ready launch cleared the edit since the plan: as before, the
+            # edit path (unreached by the shipped packs: no undo rule is a catch-all)
+            new_cl, changed = _edited(state.cl, fix.flag, fix.new_value, env)
+        case _ as unknown:
+            assert_never(unknown)
     if not changed:
         return _repeat(state, rule.id, line, env, [])
     rejected = _new_problems(state.cl, new_cl)
@@ -452,10 +451,11 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
     return new, [journal, status, *actions]
 
 
-def _edited(cl: CommandLine, fix: Fix, value: str | None, env: Env) -> tuple[CommandLine, bool]:
-    """`cl` with the fix's flag dropped or set to `value`; and whether anything changed."""
-    dest = env.options.spec(fix.flag or "").dest
-    edit = Edit(dest, "drop") if fix.action == "drop_flag" else Edit(dest, "set", value)
+def _edited(cl: CommandLine, flag: str | None, value: str | None, env: Env, *,
+            drop: bool = False) -> tuple[CommandLine, bool]:
+    """`cl` with `flag` dropped or set to `value`; and whether anything changed."""
+    dest = env.options.spec(flag or "").dest
+    edit = Edit(dest, "drop") if drop else Edit(dest, "set", value)
     result = apply_edits(cl, env.options, [edit], env.derived_dir)
     yaml_data = result.derived_yaml if result.derived_yaml is not None else cl.yaml_data
     new_cl = parse_command_line(result.argv, env.options, yaml_data)
@@ -490,7 +490,7 @@ def _on_port(state: State, event: PortChosen, env: Env) -> tuple[State, list[Act
     fix, rule = planned.fix, planned.fix.rule
     base = {"trigger": "log", "rule": rule.id, "line": planned.line, "gen": planned.gen}
     new_cl, _ = (pending.cl, False) if event.port is None else \
-        _edited(pending.cl, fix, str(event.port), env)
+        _edited(pending.cl, fix.flag, str(event.port), env)
     rejected = _new_problems(pending.cl, new_cl)
     if event.port is None or rejected:
         why = (f"{rule.id}: no free port for {fix.flag}: {event.detail or 'none found'}"
@@ -523,7 +523,7 @@ def _refuse_fix(state: State, fix: Fix, line: str, env: Env, rejected: tuple[str
     journal = Journal({"event": "fix.refused", "rule": fix.rule.id, "flag": fix.flag,
                        "new_value": fix.new_value, "gen": state.gen, "reason": why})
     nxt, _ = first_fix(env.matcher, line, _ctx(state, env), state.fired)
-    if nxt is not None and nxt.rule.priority >= 0:
+    if nxt is not None and not is_catch_all(nxt.rule):
         new, actions = _apply_fix(state, nxt, line, env)
         return new, [journal, *actions]
     pending = Pending("exit", code=EXIT_GIVE_UP, reason=why, cause=GiveUpCause.RULE)

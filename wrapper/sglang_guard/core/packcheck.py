@@ -18,15 +18,10 @@ from collections.abc import Callable, Collection, Sequence
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.core.fixes import FIX_KINDS, Above, FreePort, Literal, Scale
 from sglang_guard.core.options import OptionSpec, OptionTable
-from sglang_guard.core.rulepack import (
-    FLAG_ACTIONS,
-    FREE_PORT,
-    SCALE,
-    Rule,
-    RulePack,
-    free_port_group,
-)
+from sglang_guard.core.outcomes import FixKind
+from sglang_guard.core.rulepack import Rule, RulePack
 from sglang_guard.errors import ConfigError
 
 # Flags a rule may not drop, set or rewrite: what the server trusts, serves, binds, or
@@ -149,13 +144,13 @@ class _RuleCheck:
                 if spec is not None and not _fits(spec, value):
                     raise self.fail(f"when.flags.{flag}",
                                     f"{value!r} is not a choice of {flag}")
-        if rule.action not in FLAG_ACTIONS:
+        if not FIX_KINDS[rule.action].changes_flag:
             return
-        moves_port = free_port_group(rule.new_value) is not None
+        moves_port = isinstance(rule.new_value, FreePort)
         for flag, spec in found:
             name = spec.canonical if spec is not None else flag
             if moves_port and name not in INTERNAL_PORTS:
-                raise self.fail("new_value", f"{FREE_PORT} moves only an internal port "
+                raise self.fail("new_value", "free_port moves only an internal port "
                                 f"({', '.join(sorted(INTERNAL_PORTS))}), not {name}")
             if is_denied(name) and name not in allow and not moves_port:
                 raise self.fail("flags", f"{name} is on the deny list: no rule may "
@@ -167,7 +162,7 @@ class _RuleCheck:
             if specs and self.acts_here() and not any(_fits(s, value) for s in specs):
                 raise self.fail("values", f"{value!r} is not a choice of "
                                 f"{' / '.join(s.canonical for s in specs)}")
-        if rule.action == "drop_flag":
+        if rule.action == FixKind.DROP_FLAG:
             return
         for spec in specs:
             self.new_value(spec)
@@ -180,15 +175,16 @@ class _RuleCheck:
             return
         if new is None:
             raise self.fail("new_value", f"{spec.canonical} needs a value")
-        if free_port_group(new) is not None:
-            return  # an internal port (checked above): any free port fits it
-        if new.startswith(SCALE):
-            if spec.choices is not None:
-                raise self.fail("new_value", f"{spec.canonical} takes one of its choices, "
-                                "not a scaled number")
-        elif not _fits(spec, new):
-            raise self.fail("new_value", f"{new!r} is not a choice of {spec.canonical} "
-                            f"({', '.join(spec.choices or ())})")
+        match new:
+            case FreePort():
+                return  # an internal port (checked above): any free port fits it
+            case Scale():
+                if spec.choices is not None:
+                    raise self.fail("new_value", f"{spec.canonical} takes one of its choices, "
+                                    "not a scaled number")
+            case Literal(text=text) | Above(text=text) if not _fits(spec, text):
+                raise self.fail("new_value", f"{text!r} is not a choice of {spec.canonical} "
+                                f"({', '.join(spec.choices or ())})")
 
 
 def _nowhere(flag: str) -> bool:

@@ -32,7 +32,9 @@ from sglang_guard.core.renames import RenameFinding
 from sglang_guard.core.sizes import CITED, check_sizes, policy_action
 from sglang_guard.core.spelling import new_tokens, respell
 
-Action = Literal["drop", "rewrite", "refuse", "warn"]
+# What the policy did about one finding (a rule's fix is a FixKind, the machine's request to
+# the shell an `actions.Action`).
+FindingAction = Literal["drop", "rewrite", "refuse", "warn"]
 # "rejected": the release's own parser rejects the command line (SGLang exits 2 on it).
 Verdict = Literal["ok", "remediated", "refused", "rejected"]
 DRAFT_FLAG = "--speculative-draft-attention-backend"
@@ -53,7 +55,7 @@ class Finding:
 
     flag: str
     value: str | None
-    action: Action
+    action: FindingAction
     new_value: str | None
     reason: str
     kind: str
@@ -307,7 +309,7 @@ def _add_kv_deprecation(cl: CommandLine, options: OptionTable, findings: list[Fi
             edits.append(Edit("kv_cache_dtype", "drop"))
 
 
-def _renamed(f: RenameFinding, action: Action) -> Finding:
+def _renamed(f: RenameFinding, action: FindingAction) -> Finding:
     """A rename (or removal) the release made, as a finding."""
     new = " ".join(new_tokens(f)) or None
     return Finding(flag=f.flag, value=f.value, action=action, new_value=new, reason=f.reason,
@@ -410,7 +412,7 @@ def _add_kv4_findings(cl: CommandLine, options: OptionTable, compat: CompatTable
             continue
         mode = policy.mode(p.flag)
 
-        def finding(action: Action, reason: str, new: str | None = None,
+        def finding(action: FindingAction, reason: str, new: str | None = None,
                     p: Problem = p) -> Finding:
             return Finding(flag=p.flag, value=p.value, action=action, new_value=new,
                            reason=reason, kind=p.kind, source=p.source,

@@ -23,80 +23,44 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_guard.core import tracebacks
 from sglang_guard.core.blockscan import BlockScan, unanchored
+from sglang_guard.core.fixes import FIX_KINDS, Fix, MatchContext
 from sglang_guard.core.logline import error_text
-from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rulepack import (
-    ABOVE,
-    ACTIONS,
-    CURRENT_GROUP,
-    FLAG_ACTIONS,
     RE2_OPTIONS,
-    SCALE,
     Conditions,
     Rule,
     RulePack,
     compile_pattern,
-    free_port_group,
     load_default_pack,
     load_default_packs,
-    number,
     parse_pack,
 )
 from sglang_guard.core.stages import MARKERS, READY_LINE, last_stage
 from sglang_guard.errors import ConfigError
 
 __all__ = [
-    "ACTIONS",
     "Conditions",
     "Fix",
     "MatchContext",
     "Matcher",
     "Rule",
     "RulePack",
+    "acting",
+    "acts",
     "advice_for",
     "advice_record",
     "captures",
     "compile_pattern",
     "first_fix",
     "in_phase",
+    "is_catch_all",
     "load_default_pack",
     "load_default_packs",
     "parse_pack",
     "plan_fix",
     "precedence",
+    "refired",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class MatchContext:
-    """What the rules may look at besides the line."""
-
-    flags: Mapping[str, str | None]
-    arch: str
-    sm: int | None
-    sglang_version: str | None
-    # The parser of the release that runs: a fix it would reject (an option that release
-    # lacks, a value outside its choices) is never planned; the next rule is tried instead.
-    options: OptionTable | None = None
-    # The flag the guard's own last fix changed (None: no fix since the last ready launch).
-    last_edit_flag: str | None = None
-    phase: str = "start"  # "start" before SGLang is ready, "running" after
-
-
-@dataclass(frozen=True, slots=True)
-class Fix:
-    """One change to the command line (or a restart / give-up) that a rule asks for."""
-
-    rule: Rule
-    action: str
-    flag: str | None
-    old_value: str | None
-    new_value: str | None
-    diagnosis: str = ""  # the rule's reason with the line's named groups filled in (first_fix)
-    # `free_port`: the new value is a port the shell picks just before the next launch
-    # (new_value stays None here); `busy_port` is the one SGLang named, when the line says.
-    free_port: bool = False
-    busy_port: int | None = None
 
 
 # --- matching ------------------------------------------------------------------------------
@@ -254,10 +218,6 @@ class Matcher:
 _PLACEHOLDER = re2.compile(r"\{(\w+)\}")
 
 
-# `above:G` sets the flag this much above the number SGLang names (then caps it).
-ABOVE_STEP = 0.01
-
-
 @lru_cache(maxsize=512)
 def _compiled(pattern: str) -> Any:
     return compile_pattern(pattern)
@@ -274,43 +234,6 @@ def captures(rule: Rule, line: str | None) -> dict[str, str]:
     if found is None:
         return {}
     return {k: v for k, v in found.groupdict().items() if v is not None}
-
-
-def _above(rule: Rule, caps: Mapping[str, str], current: str | None) -> str | None:
-    """`above:G`: just above the captured number, within `maximum`; None if that is no raise."""
-    assert rule.new_value is not None  # noqa: S101  (callers check; narrows for mypy)
-    floor = number((caps.get(rule.new_value[len(ABOVE) :]) or "").rstrip("."))
-    if floor is None:
-        return None
-    value = round(floor + ABOVE_STEP, 3)
-    if rule.maximum is not None and value > rule.maximum:
-        return None  # SGLang needs more than the cap allows: no fix, rather than a futile one
-    old = number(current.rstrip(".") if current is not None else None)
-    if old is not None and old >= value:
-        return None  # never the wrong direction
-    return format(value, "g")
-
-
-def _scaled(rule: Rule, current: str | None, seen: str | None = None) -> str | None:
-    """`scale:F` applied to the current value (else the one the log names, else the default)."""
-    assert rule.new_value is not None  # noqa: S101  (callers check; narrows for mypy)
-    # A number the log names may end a sentence ("...=0.88."): the dot is not part of it.
-    # One that does not parse gives way to the rule's default, as an absent flag does.
-    seen = seen.rstrip(".") if seen is not None else None
-    if current is None and number(seen) is None:
-        seen = None
-    base_text = current if current is not None else seen if seen is not None else rule.default
-    base = number(base_text)
-    if base_text is None or base is None:
-        return None
-    value = base * float(rule.new_value[len(SCALE) :])
-    if rule.minimum is not None:
-        value = max(value, rule.minimum)
-    if rule.maximum is not None:
-        value = min(value, rule.maximum)
-    if base.is_integer() and "." not in base_text and "e" not in base_text.lower():
-        return str(max(1, int(value)))  # a count (a batch size) stays a whole number >= 1
-    return format(round(value, 4), "g")
 
 
 def in_phase(rule: Rule, phase: str) -> bool:
@@ -345,71 +268,26 @@ def _conditions_hold(cond: Conditions, ctx: MatchContext) -> bool:
 def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | None:
     """The change `rule` asks for on this command line; None if it does not apply.
 
-    `line` is the log line that matched: a `scale:`/`above:` value may use what it names.
+    `line` is the log line that matched: a `scale:`/`above:` value may use what it names, and
+    an `undo_guard_edit` rule acts only when it names the flag the guard's last fix changed.
+    What each kind plans is its own (core/fixes.py FIX_KINDS).
     """
     if not _conditions_hold(rule.conditions, ctx):
         return None
-    if rule.action not in FLAG_ACTIONS:
-        return Fix(rule, rule.action, None, None, None)
-    caps = captures(rule, line)
-    for flag in rule.flags:
-        if not _release_has(ctx.options, flag):
-            continue
-        present = flag in ctx.flags
-        old = ctx.flags.get(flag)
-        if present and rule.values is not None and old not in rule.values:
-            continue
-        if rule.action == "drop_flag":
-            if present:
-                return Fix(rule, "drop_flag", flag, old, None)
-            continue
-        if not present and rule.action == "rewrite_value":
-            continue
-        group = free_port_group(rule.new_value)
-        if group is not None:
-            busy = _port(caps.get(group)) if group else None
-            if present and busy is not None and _port(old) != busy:
-                continue  # the busy port is not this flag's: nothing here to move
-            return Fix(rule, rule.action, flag, old if present else None, None,
-                       free_port=True, busy_port=busy)
-        new = rule.new_value
-        if new is not None and new.startswith(SCALE):
-            new = _scaled(rule, old, caps.get(CURRENT_GROUP))
-            if new is None:
-                continue
-        elif new is not None and new.startswith(ABOVE):
-            new = _above(rule, caps, old if present else caps.get(CURRENT_GROUP))
-            if new is None:
-                continue
-        if present and new == old:
-            continue  # already so: this fix would change nothing
-        if not _release_accepts(ctx.options, flag, new):
-            continue
-        return Fix(rule, rule.action, flag, old if present else None, new)
-    return None
+    spec = FIX_KINDS[rule.action]
+    caps = captures(rule, line) if spec.changes_flag else {}  # a flag's value may use them
+    return spec.plan(rule, ctx, caps, line)
 
 
-def _port(text: str | None) -> int | None:
-    """A TCP port number from a command line or a log line (None if it is not one)."""
-    if text is None or not text.strip().isdigit():
-        return None
-    value = int(text)
-    return value if 0 < value < 65536 else None
+def acts(rule: Rule) -> bool:
+    """Whether `rule` may act (an advice rule is only shown: `advice_for`)."""
+    return FIX_KINDS[rule.action].acts
 
 
-def _release_has(options: OptionTable | None, flag: str) -> bool:
-    """True if the running release's parser knows `flag` exactly (or no table is known)."""
-    return options is None or flag in options.by_string
-
-
-def _release_accepts(options: OptionTable | None, flag: str, value: str | None) -> bool:
-    """True if that parser would take `flag value` (a choice it lists, or any value)."""
-    if options is None or value is None:
-        return True
-    spec = options.get(flag)
-    if spec is None:  # the release has no such option: its parser rejects any value
-        return False
-    return spec.choices is None or value in spec.choices
+def is_catch_all(rule: Rule) -> bool:
+    """A catch-all (a crash banner printed before the real cause): below-zero priority, so
+    that a specific rule of the same crash wins (the machine lets it wait for one)."""
+    return rule.priority < 0
 
 
 def precedence(rule: Rule) -> tuple[bool, bool, int]:
@@ -417,7 +295,23 @@ def precedence(rule: Rule) -> tuple[bool, bool, int]:
     before notes, actions before advice, then descending priority. The one ordering of
     the guard: the machine's `first_fix` and `explain`'s listing both use it; which line of a
     burst wins is the machine's alone (core/machine.py, replayed by core/replay.py)."""
-    return (not rule.fatal, rule.action == "advice", -rule.priority)
+    return (not rule.fatal, not acts(rule), -rule.priority)
+
+
+def acting(matcher: Matcher, line: str, phase: str, ends_traceback: bool | None = None
+           ) -> tuple[Rule, ...]:
+    """The rules that may act on `line` in this phase (fatal ones, advice left out), in pack
+    order: `first_fix` tries them by `precedence`, `refired` looks for one that fired."""
+    return tuple(r for r in matcher.candidates(line, ends_traceback)
+                 if r.fatal and acts(r) and in_phase(r, phase))
+
+
+def refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str,
+            ends_traceback: bool | None = None) -> tuple[Rule, ...]:
+    """The rules acting on `line` that fired before, in pack order (when `first_fix` finds
+    nothing left to change for them, their fix did not hold)."""
+    return tuple(r for r in acting(matcher, line, phase, ends_traceback)
+                 if fired.get(r.id, 0) > 0)
 
 
 def first_fix(
@@ -430,9 +324,7 @@ def first_fix(
     conditions hold, it has fires left and `plan_fix` finds something to change. Advice
     rules are never candidates: they change nothing (see `advice_for`).
     """
-    candidates = sorted((r for r in matcher.candidates(line, ends_traceback)
-                         if r.fatal and r.action != "advice" and in_phase(r, ctx.phase)),
-                        key=precedence)
+    candidates = sorted(acting(matcher, line, ctx.phase, ends_traceback), key=precedence)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
     for rule in candidates:
@@ -441,26 +333,17 @@ def first_fix(
                 exhausted.append(rule)
             continue
         if chosen is None:
-            chosen = _undo(rule, ctx, line) if rule.action == "undo_guard_edit" \
-                else plan_fix(rule, ctx, line)
+            chosen = plan_fix(rule, ctx, line)
     if chosen is not None:
         chosen = replace(chosen, diagnosis=matcher.diagnose(chosen.rule, line))
     return chosen, tuple(exhausted)
-
-
-def _undo(rule: Rule, ctx: MatchContext, line: str) -> Fix | None:
-    """Undo the guard's last fix when the parser's rejection names the flag it changed."""
-    flag = ctx.last_edit_flag
-    if flag is None or not _conditions_hold(rule.conditions, ctx) or flag not in line:
-        return None
-    return Fix(rule, "undo_guard_edit", flag, ctx.flags.get(flag), None)
 
 
 def advice_for(matcher: Matcher, line: str, ctx: MatchContext,
                ends_traceback: bool | None = None) -> tuple[Rule, ...]:
     """The advice rules (no automatic action) that `line` triggers on this command line."""
     return tuple(r for r in matcher.candidates(line, ends_traceback)
-                 if r.action == "advice" and in_phase(r, ctx.phase)
+                 if not acts(r) and in_phase(r, ctx.phase)
                  and _conditions_hold(r.conditions, ctx))
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sglang_guard.core.outcomes import GiveUpCause
+from sglang_guard.core.outcomes import FixKind, GiveUpCause
 from sglang_guard.core.redact import redact_text
 
 # "held": a worker whose SGLang exited, waiting for its group's leader.
@@ -158,9 +158,10 @@ def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
     return snap, Counts()
 
 
-# One action vocabulary for the metrics: a rule's (core/rulepack.py FLAG_ACTIONS), which
+# One action vocabulary for the metrics: a rule's (core/outcomes.py FixKind), which
 # preflight's policy actions map onto (`drop` of preflight is a rule's `drop_flag`).
-ACTION_LABELS = {"drop": "drop_flag", "rewrite": "rewrite_value", "set": "set_flag"}
+ACTION_LABELS = {"drop": FixKind.DROP_FLAG, "rewrite": FixKind.REWRITE_VALUE,
+                 "set": FixKind.SET_FLAG}
 
 
 def action_label(action: str) -> str:

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sglang_guard.core import tracebacks
+from sglang_guard.core.fixes import FIX_KINDS
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import LINE_CAP, clean, error_text
 from sglang_guard.core.replay import env_for, replay
-from sglang_guard.core.rules import Fix, Matcher, Rule, precedence
-from sglang_guard.errors import EXIT_ENVIRONMENT
+from sglang_guard.core.rules import Fix, Matcher, Rule, is_catch_all, precedence
 from sglang_guard.shell import logstream
 from sglang_guard.shell.packs import load_packs
 
@@ -34,7 +34,8 @@ class Match:
         r = self.rule
         return {"line_no": self.line_no, "line": self.line, "rule": r.id,
                 "flag": r.flags[0] if r.flags else None, "flags": list(r.flags),
-                "action": r.action, "new_value": r.new_value, "fatal": r.fatal,
+                "action": r.action, "new_value": r.new_value and r.new_value.text,
+                "fatal": r.fatal,
                 "reason": self.why or r.reason, "source": r.source, "record": r.record,
                 "explanation": r.explanation, "solutions": list(r.solutions),
                 "prevention": list(r.prevention)}
@@ -43,8 +44,8 @@ class Match:
         """Three lines for a person (and a dataset record's advice, when the rule has one)."""
         r = self.rule
         target = f" {' / '.join(r.flags)}" if r.flags else ""
-        value = f" -> {r.new_value}" if r.new_value else ""
-        action = f"{r.action} (exit {EXIT_ENVIRONMENT})" if r.action == "environment" else r.action
+        value = f" -> {r.new_value.text}" if r.new_value and r.new_value.text else ""
+        action = FIX_KINDS[r.action].label or r.action
         text = (f"line {self.line_no}: {self.line}\n"
                 f"  rule {r.id} ({r.pack}): {action}{target}{value}\n"
                 f"  why: {self.why or r.reason}")
@@ -89,7 +90,7 @@ def explain_lines(lines: Iterable[str], cfg: GuardConfig,
             best = sorted(rules, key=precedence)[0]
             found.append(Match(n, text, best, matcher.diagnose(best, bare or text),
                                bare=not matcher.candidates(text, ends), ends_traceback=ends))
-    return sorted(found, key=lambda m: (m.bare, not m.rule.fatal, m.rule.priority < 0,
+    return sorted(found, key=lambda m: (m.bare, not m.rule.fatal, is_catch_all(m.rule),
                                         m.line_no))
 
 
@@ -133,17 +134,7 @@ def render_fix(fix: Fix | None) -> str:
     """One line for a person: what the guard would change on this command line."""
     if fix is None:
         return "fix: none (no rule changes this command line)"
-    if fix.action in ("restart", "give_up"):
-        return f"fix: {fix.action} ({fix.rule.id}): {fix.rule.reason}"
-    if fix.action in ("parser_exit", "environment"):
-        code = 2 if fix.action == "parser_exit" else 69
-        return f"fix: none, the guard exits {code} ({fix.rule.id}): {fix.rule.reason}"
-    if fix.action == "drop_flag":
-        return f"fix: drop {fix.flag} {fix.old_value or ''} ({fix.rule.id})".replace("  ", " ")
-    if fix.free_port:
-        return f"fix: set {fix.flag} to a free port, picked at the next launch ({fix.rule.id})"
-    value = "" if fix.new_value is None else f" {fix.new_value}"
-    return f"fix: set {fix.flag}{value} ({fix.rule.id})"
+    return FIX_KINDS[fix.action].render(fix)
 
 
 def explain_fix(lines: Sequence[str] | Sequence[tuple[str, bool | None]], cfg: GuardConfig,

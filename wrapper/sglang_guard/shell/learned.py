@@ -14,6 +14,7 @@ from typing import Any
 
 from sglang_guard.core import fleet as core
 from sglang_guard.core.guardconfig import LearnSection
+from sglang_guard.core.outcomes import FixKind
 from sglang_guard.errors import InputError
 from sglang_guard.shell.fleetstore import Store, StoreError, open_store
 
@@ -111,7 +112,7 @@ def line_of(item: Listed) -> str:
 
 
 def _edit_text(edit: core.FleetEdit) -> str:
-    if edit.action == "drop_flag":
+    if edit.action == FixKind.DROP_FLAG:
         return f"drop {edit.flag} {edit.old_value or ''}".rstrip()
     return f"set {edit.flag} {edit.new_value or ''}".rstrip()
 
@@ -142,9 +143,9 @@ def export_pack(e: core.Entry) -> str:
         rule = ["[[rules]]", f"id = {json.dumps(f'fleet-{e.key[:12]}-{i + 1}')}",
                 f"pattern = {json.dumps(_pattern(line))}", f"action = {json.dumps(edit.action)}",
                 f"flags = [{json.dumps(edit.flag)}]"]
-        if edit.action == "drop_flag" and edit.old_value is not None:
+        if edit.action == FixKind.DROP_FLAG and edit.old_value is not None:
             rule.append(f"values = [{json.dumps(edit.old_value)}]")
-        if edit.action == "set_flag" and edit.new_value is not None:
+        if edit.action == FixKind.SET_FLAG and edit.new_value is not None:
             rule.append(f"new_value = {json.dumps(edit.new_value)}")
         why = e.rules[i] if i < len(e.rules) else "fleet"
         rule.append(f"reason = {json.dumps('learned by the fleet: ' + why)}")

@@ -23,6 +23,7 @@ from sglang_guard.core import status as model
 from sglang_guard.core.actions import Stop
 from sglang_guard.core.events import Tick
 from sglang_guard.core.guardconfig import TERMINATION_LOG, StatusSection, parse_listen
+from sglang_guard.core.outcomes import FixKind
 from sglang_guard.core.redact import redact_text
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_USAGE, GuardError, InputError, Refused
 from sglang_guard.shell.files import write_atomic
@@ -111,7 +112,7 @@ class StatusBoard:
                 self._matcher = env.matcher
                 self.metrics.known_remediations(
                     ("log", rule.id, flag, rule.action) for rule in env.matcher.rules
-                    if rule.action in ("drop_flag", "set_flag")
+                    if rule.action in (FixKind.DROP_FLAG, FixKind.SET_FLAG)
                     for flag in rule.flags)
         with self._lock:  # /livez counts loop steps, whatever the fold made of this one
             self._steps += 1
