@@ -5,17 +5,18 @@ The reader threads of shell/child.py hand every chunk of the child's output to a
 of the current phase's patterns might match in, a superset: core/rules.Matcher.line_scan),
 a chunk costs that scan and little else: only the lines a hit ends in, and those with an
 ESC or NUL byte (found by memchr), are cleaned (core/logline.clean), stepped through the
-traceback tracker (core/tracebacks.step) and checked by `keep` (the exact per-line matcher); between them the tracker's state moves over
-the unread lines at C speed (core/tracebacks.advance), and the exception line that ends a
-traceback is read wherever it is. A hit costs the lines it is in, not the chunk.
+traceback tracker (core/tracebacks.step) and checked by `keep` (the exact per-line
+matcher); between them the tracker's state moves over the unread lines at C speed
+(core/tracebacks.advance), and the exception line that ends a traceback is read wherever
+it is. A hit costs the lines it is in, not the chunk.
 
 Without a scan every line is read and returned (tests, a child with no rules). Either way a
 line keeps at most `cap` bytes for matching and `Line.length` counts the whole line's bytes
 without its newline; a chunk may end anywhere, even inside a UTF-8 character.
 
 What must hold, and tests/unit/test_reading_paths.py shows over stored logs, mutations and
-random chunkings: the lines returned, fed to the machine, decide what a full per-line pass
-decides.
+random chunkings and line soups: the lines returned are exactly those of a full per-line
+pass that the machine acts on, so they decide what it decides.
 """
 
 from __future__ import annotations
