@@ -461,6 +461,10 @@ class FirstLine:
         self._lock = threading.Lock()
         self._local = threading.local()
 
+    def compile(self) -> bool:
+        """Compile (or load from the store) now; whether Hyperscan takes the patterns."""
+        return self._compiled() is not None
+
     def _compiled(self) -> Any:
         if not self._tried:
             with self._lock:
@@ -490,10 +494,20 @@ class FirstLine:
         return line if line < end else -1
 
 
-@lru_cache(maxsize=4)
 def _first_line_db(patterns: tuple[bytes, ...]) -> Any:
+    """A `FirstLine` database, through the store when one is set (compiled here on a miss:
+    a few patterns, and once per CPU and Hyperscan version)."""
     if _hs is None:
         return None
     flags = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_SINGLEMATCH
-    db = _compile_hs(patterns, range(len(patterns)), flags)
-    return None if isinstance(db, str) else db
+    ids = range(len(patterns))
+    store = _store
+    key = database_key(patterns, ids, flags) if store is not None else ""
+    if store is not None and (loaded := _load(store, key)) is not None:
+        return loaded
+    db = _compile_hs(patterns, ids, flags)
+    if isinstance(db, str):
+        return None
+    if store is not None:
+        store.save(key, _hs.dumpb(db))
+    return db

@@ -23,7 +23,7 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_guard.core import tracebacks
 from sglang_guard.core.blockscan import BlockScan, unanchored
-from sglang_guard.core.logline import error_text
+from sglang_guard.core.logline import LINE_CAP, error_text
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.rulepack import (
     ABOVE,
@@ -176,8 +176,11 @@ class Matcher:
 
     def prepare_scan(self) -> tuple[str, str | None]:
         """Compile both phases' scans now, not on the first chunk: the engine, and why not
-        all on Hyperscan (None when all are)."""
-        self._lines_running.compile()
+        all on Hyperscan (None when all are). Each set scans once here, so that the first
+        chunk of a launch does not pay for the database's first touch (a few ms)."""
+        for scan in (self._lines, self._lines_running):
+            scan.line_ends(b"\n")
+        tracebacks.prepare(LINE_CAP)
         return self._lines.engine, self._lines.why
 
     def line_scan(self, block: bytes, starting: bool) -> tuple[list[int], str | None]:

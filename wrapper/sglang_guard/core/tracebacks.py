@@ -210,6 +210,14 @@ _FRAMES_FAST = FirstLine([rb"^(?:" + body + rb")" for body in (
     _SPACEISH + rb"{" + str(_FAST_CAP).encode() + rb"}")])
 
 
+def prepare(cap: int) -> None:
+    """Compile (or load) the frames' Hyperscan set and the candidates' regexes now, not in
+    a reader thread at the first traceback (core/rules.Matcher.prepare_scan calls it)."""
+    _candidates(cap)
+    if _FRAMES_FAST.compile():
+        _FRAMES_FAST.start(b"x\n", 0, 2)  # its pages touched: the first real scan is warm
+
+
 @lru_cache(maxsize=4)
 def _candidates(cap: int) -> _Candidates:
     blank = rb"(?:" + _SPACEISH + rb"*$|" + _SPACEISH + rb"{" + str(cap).encode() + rb",})"

@@ -57,7 +57,7 @@ from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.core.redact import redact_text
 from sglang_guard.core.stages import READY_LINE
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
-from sglang_guard.shell import health, orphans, ports, stderrgate, stopsignals
+from sglang_guard.shell import health, orphans, ports, proctree, stderrgate, stopsignals
 from sglang_guard.shell.child import Child
 from sglang_guard.shell.files import write_private
 from sglang_guard.shell.jobs import Jobs
@@ -123,6 +123,10 @@ class Supervisor:
         self._next_ping = 0.0
         self._begun = False  # the first launch was asked for (the orphans are gone)
         self._early: list[Event] = []  # what came before it, for after it
+        # The newest chunk tail (and whether any chunk redrew a bar) per (gen, stream) whose
+        # ChildOutput is on the queue (`_chunk_watcher`).
+        self._outputs: dict[tuple[int, Stream], tuple[bytes, bool]] = {}
+        self._outputs_lock = threading.Lock()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -155,6 +159,8 @@ class Supervisor:
                 if not self._begun and not isinstance(event, SignalReceived | Tick):
                     self._early.append(event)  # a file change, a group order: after the start
                     continue
+                if isinstance(event, ChildOutput):
+                    event = self._output(event)
                 if self.rt.group is not None:
                     self.rt.group.saw_event(event, self.state)
                 self.state, actions = machine.step(
@@ -303,15 +309,34 @@ class Supervisor:
         return bool(self.rt.env.matcher.candidates(line.text, line.ends))
 
     def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
-        """Reader threads call this per chunk: while starting, progress evidence for the machine."""
+        """Reader threads call this per chunk: while starting, progress evidence for the machine.
+
+        Coalesced: one `ChildOutput` per stream waits on the queue at a time, and the loop
+        takes the newest tail when it gets there (`_output`). A flood then puts a handful of
+        events, not one per chunk, and a fatal line never queues behind a backlog of them.
+        """
 
         def on_chunk(stream: Stream, chunk: bytes) -> None:
             state = self.state  # a stale read is harmless: the machine checks gen and phase
             if state.phase != "starting" or state.gen != gen:
                 return
-            self.events.put(ChildOutput(gen, stream, _tail(chunk), b"\r" in chunk))
+            tail, bar = chunk[-TAIL_BYTES:], b"\r" in chunk
+            with self._outputs_lock:
+                waiting = self._outputs.get((gen, stream))
+                self._outputs[(gen, stream)] = (tail, bar or (waiting is not None
+                                                              and waiting[1]))
+            if waiting is None:
+                self.events.put(ChildOutput(gen, stream, "", bar))
 
         return on_chunk
+
+    def _output(self, event: ChildOutput) -> ChildOutput:
+        """The newest output of that stream since the event was put (see `_chunk_watcher`)."""
+        with self._outputs_lock:
+            newest = self._outputs.pop((event.gen, event.stream), None)
+        if newest is None:
+            return event
+        return ChildOutput(event.gen, event.stream, _tail(newest[0]), newest[1])
 
     def _spawn(self, action: Spawn) -> None:
         """Launch when SGLang's port is free: a job stops what is left of the last tree and
@@ -489,6 +514,9 @@ class Supervisor:
         try:
             root = psutil.Process(child.pid)
             procs = [root, *root.children(recursive=True)]
+            # psutil keeps the process objects this walks: the stop's own walk of the machine
+            # (before its SIGTERM, shell/proctree.stop_tree) then takes ~1 ms, not ~20.
+            proctree.group_members(child.pgid)
         except psutil.Error:
             return
         with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
