@@ -38,8 +38,6 @@ from functools import lru_cache
 
 from sglang_guard.core.blockscan import FirstLine
 from sglang_guard.core.logline import (
-    EXCEPTION_PATTERN,
-    REQUEST_PATTERN,
     clean,
     is_exception_line,
     is_record,
@@ -48,21 +46,10 @@ from sglang_guard.core.logline import (
 )
 
 HEADER = "Traceback (most recent call last):"
-_HEADER_B = HEADER.encode()
 UNKNOWN, OTHER, REQUEST, TRACEBACK, MESSAGE = "unknown", "other", "request", "traceback", "message"
-# The byte forms `skip` searches with: a blank line, a record's start (as logline.is_record
-# reads it: srt/utils/common.py:2630), a request record, an exception line.
-_BLANK = rb"[ \t\r\f\v]*"
-_RECORD_START = rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-_RECORD_AT = re.compile(_RECORD_START)
-_REQUEST_AT = re.compile(_RECORD_START + rb"(?:\.\d{1,9})?(?: [^\]\n]{0,200})?\] "
-                         + REQUEST_PATTERN.encode())
-_BLANK_B = re.compile(rb"(?m)^" + _BLANK + rb"\n")
-# The lines `step` leaves the frames at (a blank line, an exception line, a request record)
-# and a message at (a blank line, a record), for `skip` to jump to.
-_ENDS_FRAMES_B = re.compile(rb"(?m)^(?:" + _BLANK + rb"$|" + EXCEPTION_PATTERN.encode()
-                            + rb"|" + _REQUEST_AT.pattern + rb")")
-_ENDS_MESSAGE_B = re.compile(rb"(?m)^(?:" + _BLANK + rb"$|" + _RECORD_START + rb")")
+# A record's start in bytes (as logline.is_record reads it: srt/utils/common.py:2630), where
+# `advance` looks for the last record of a span (then read as `is_record` reads it).
+_RECORD_AT = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
 def step(state: str, line: str) -> tuple[str, bool]:
@@ -103,77 +90,7 @@ def ends_frames(before: str, after: str) -> bool:
     return before == TRACEBACK and after == MESSAGE
 
 
-def _last_record(block: bytes, start: int, end: int) -> int:
-    """Where the last record line of `block[start:end]` starts (-1: none)."""
-    at = end
-    while at > start:
-        nl = block.rfind(b"\n[", start, at)
-        line = nl + 1 if nl >= 0 else start
-        if _RECORD_AT.match(block, line):
-            return line
-        if nl < 0:
-            return -1
-        at = nl
-    return -1
-
-
-def _after_records(state: str, block: bytes, start: int, end: int) -> str:
-    """The state after `block[start:end]`, which holds no header nor a frame or message line
-    that matters: its last record decides (a request's or not); without one, a blank line
-    ends an unknown start."""
-    last = _last_record(block, start, end)
-    if last >= 0:
-        if not _REQUEST_AT.match(block, last):
-            return OTHER
-        stop = block.find(b"\n", last, end)
-        line = block[last:stop if stop >= 0 else end].decode("utf-8", "replace")
-        return OTHER if quotes_closed(line) else REQUEST
-    if state == UNKNOWN and _BLANK_B.search(block, start, end):
-        return OTHER
-    return state
-
-
-def skip(state: str, block: bytes, head: bytes = b"", *, header: bool = True) -> str:
-    """The state after `block`'s complete lines, which nobody reads (`head`: the start of the
-    line the block continues, if any; an unfinished last line is left for the next block).
-
-    `header=False`: the caller knows the block holds no header (the reader's prefilter,
-    core/rules.Matcher.scan, finds them): outside a traceback this is then the search for
-    the block's last record (from its end, usually one line). Inside one, the lines that can
-    move the state (a blank line, an exception line, a record) are found by one regex search
-    each, from the last header on: as `step` would read the lines one by one, at C speed.
-    """
-    start = 0
-    if head:  # the line the block finishes is read whole, as `step` reads lines
-        first = block.find(b"\n")
-        if first < 0:
-            return state
-        state, _ = step(state, (head + block[:first]).decode("utf-8", "replace"))
-        start = first + 1
-    end = block.rfind(b"\n") + 1  # complete lines only
-    if end <= start:
-        return state
-    at = block.rfind(_HEADER_B, start, end) if header else -1
-    if at >= 0:
-        line = block.rfind(b"\n", start, at) + 1
-        line = max(line, start)
-        after = block.find(b"\n", at) + 1
-        # The state just before the header's line: a request's continuation makes it inert.
-        before = _after_records(state, block, start, line) if line > start else state
-        state, _ = step(before, block[line:after - 1].decode("utf-8", "replace"))
-        start = after
-    while state in (TRACEBACK, MESSAGE):
-        found = (_ENDS_FRAMES_B if state == TRACEBACK else _ENDS_MESSAGE_B).search(block, start,
-                                                                                 end)
-        stop = -1 if found is None else block.find(b"\n", found.start(), end)
-        if found is None or stop < 0:  # not before a full line
-            return state
-        state, _ = step(state, block[found.start():stop].decode("utf-8", "replace"))
-        start = stop + 1
-    return _after_records(state, block, start, end)
-
-
-# --- moving the state over lines nobody reads, exactly ---------------------------------------
+# --- moving the state over lines nobody reads, exactly -----------------------------------
 # `advance` finds the lines that can move the state with a byte regex that is a superset
 # (a candidate), then confirms each with `step` on the line as the reader cleans it: what
 # `step` would do line by line, at C speed between the few candidates. A blank line is one
