@@ -1,4 +1,4 @@
-"""The block prefilter: Hyperscan must find at least what RE2 finds, on every line we hold."""
+"""The per-line scan: Hyperscan must find at least what RE2 finds, on every line we hold."""
 
 from __future__ import annotations
 
@@ -10,12 +10,14 @@ import pytest
 from requestlines import FATAL_TEXTS, quoting
 from sglang_guard.core import blockscan
 from sglang_guard.core.blockscan import BlockScan, unanchored, widen
-from sglang_guard.core.logline import clean, clean_block
+from sglang_guard.core.linereader import LineReader
+from sglang_guard.core.logline import clean
 from sglang_guard.core.rules import Matcher, load_default_packs
+from sglang_guard.shell.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 MATCHER = Matcher(load_default_packs())
-PATTERNS = MATCHER._block.patterns  # the patterns the supervisor's reader threads scan for
+PATTERNS = MATCHER._lines.patterns  # the patterns the supervisor's reader threads scan for
 
 
 @pytest.mark.parametrize(("pattern", "want"), [
@@ -70,27 +72,35 @@ def test_the_engine_on_this_platform_is_hyperscan() -> None:
 
 
 def test_hyperscan_hits_every_pattern_re2_hits_line_by_line() -> None:
-    fast, exact = BlockScan(PATTERNS), BlockScan(PATTERNS, accelerate=False)
+    fast = BlockScan(PATTERNS, lines=True)
+    exact = BlockScan(PATTERNS, accelerate=False, lines=True)
     assert fast.engine == "hyperscan"
     lines = _stored_lines()
     assert len(lines) > 1000
     hit_lines = 0
     for line in lines:
-        want = set(exact.hits(line + b"\n"))
+        want = set(exact.line_ends(line + b"\n"))
         hit_lines += bool(want)
-        assert want <= set(fast.hits(line + b"\n")), line[:200]
+        assert want <= set(fast.line_ends(line + b"\n")), line[:200]
+        assert {i for i, _ in want} == set(exact.hits(line + b"\n"))  # halving loses none
     assert hit_lines > 100  # the stored logs hold many fatal lines and markers
 
 
-def test_hyperscan_and_re2_agree_on_whole_logs() -> None:
-    fast, exact = BlockScan(PATTERNS), BlockScan(PATTERNS, accelerate=False)
+def test_hyperscan_and_re2_agree_on_whole_logs_line_by_line() -> None:
+    """Each (pattern, line) RE2 finds in a whole log (halving it), Hyperscan reports too."""
+    fast = BlockScan(PATTERNS, lines=True)
+    exact = BlockScan(PATTERNS, accelerate=False, lines=True)
     for path in sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log")):
-        block = clean_block(path.read_bytes())
-        assert set(exact.hits(block)) <= set(fast.hits(block)), path.name
+        block = path.read_bytes()
+        block = block if block.endswith(b"\n") else block + b"\n"
+        want = set(exact.line_ends(block))
+        assert want and want <= set(fast.line_ends(block)), path.name
+        ends = {e for _, e in want}
+        assert all(block[e - 1:e] == b"\n" for e in ends)  # each a line's end
 
 
 def test_two_threads_scan_at_once_each_with_its_own_scratch() -> None:
-    scan = BlockScan(PATTERNS)
+    scan, lines = BlockScan(PATTERNS), BlockScan(PATTERNS, lines=True)
     fatal = clean(FATAL_TEXTS[0].encode(), 65536).encode() + b"\n"
     healthy = b"[2026-11-29 16:50:40] Load weight begin. avail mem=20 GB\n" * 20000
     errors: list[str] = []
@@ -98,6 +108,9 @@ def test_two_threads_scan_at_once_each_with_its_own_scratch() -> None:
     def work(block: bytes, want_rule: bool) -> None:
         for _ in range(50):
             got = any(i < len(MATCHER.rules) for i in scan.hits(block))
+            got_lines = any(i < len(MATCHER.rules) for i, _ in lines.line_ends(block))
+            if got_lines != want_rule:
+                errors.append(f"{block[:40]!r} per line: {got_lines}")
             if got != want_rule:
                 errors.append(f"{block[:40]!r}: {got}")
 
@@ -113,6 +126,15 @@ def test_two_threads_scan_at_once_each_with_its_own_scratch() -> None:
 def test_an_empty_set_and_an_empty_block() -> None:
     assert BlockScan([]).hits(b"anything\n") == []
     assert BlockScan(PATTERNS).hits(b"") == []
+    assert BlockScan([], lines=True).line_ends(b"anything\n") == []
+    assert BlockScan(PATTERNS, lines=True).line_ends(b"") == []
+
+
+def test_a_per_line_set_reports_each_line_once_and_no_unfinished_line() -> None:
+    for accelerate in (True, False):
+        scan = BlockScan(["boom", r"x\s*y"], accelerate=accelerate, lines=True)
+        block = b"boom boom boom\nquiet\nx  y boom\nboom at the end"
+        assert sorted(scan.line_ends(block)) == [(0, 15), (0, 31), (1, 31)], accelerate
 
 
 def test_the_block_scan_passes_every_line_a_fatal_rule_matches() -> None:
@@ -126,11 +148,23 @@ def test_the_block_scan_passes_every_line_a_fatal_rule_matches() -> None:
     assert matched > 100
 
 
+def _live() -> object:
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    return SimpleNamespace(state=SimpleNamespace(phase="starting"),
+                           rt=SimpleNamespace(env=SimpleNamespace(matcher=MATCHER)),
+                           events=__import__("queue").Queue())
+
+
 @pytest.mark.parametrize("text", FATAL_TEXTS)
-def test_lines_quoting_a_fatal_message_cost_no_per_line_work(text: str) -> None:
-    """Requests, access lines and exceptions that quote the text: the block scan skips them."""
+def test_lines_quoting_a_fatal_message_cost_one_check_and_no_event(text: str) -> None:
+    """Requests, access lines and exceptions that quote the text: the scan has no lead, so
+    it may hit them; the reader's one exact check (`Supervisor._keep`) then emits nothing."""
+    live = _live()
     for line in quoting(text):
-        assert not MATCHER.scan(line.encode() + b"\n").rule, line
+        reader = LineReader(65536, Supervisor._scan(live, 1),  # type: ignore[arg-type]
+                            lambda ln: Supervisor._keep(live, ln))  # type: ignore[arg-type]
+        assert reader.feed(f"[2026-11-29 16:50:40] Load weight begin.\n{line}\n".encode()) == []
 
 
 def test_an_re2_set_too_large_for_one_program_is_split(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,9 +172,9 @@ def test_an_re2_set_too_large_for_one_program_is_split(monkeypatch: pytest.Monke
     one = BlockScan(PATTERNS, accelerate=False)
     want = [one.hits(ln) for ln in lines]
     assert len(blockscan._re2_sets(PATTERNS)) == 1
-    # Small enough that the default pack does not fit one program (it fits RE2's own 8 MiB
-    # default since issue 20's simpler lead).
-    monkeypatch.setattr(blockscan, "RE2_SET_MEMORY", 1 << 20)
+    # Small enough that the default pack does not fit one program (with no lead it fits
+    # 1 MiB since issue 24).
+    monkeypatch.setattr(blockscan, "RE2_SET_MEMORY", 1 << 18)
     blockscan._re2_sets.cache_clear()
     blockscan._compile.cache_clear()
     try:
@@ -169,9 +203,13 @@ def test_a_pattern_hyperscan_cannot_take_stays_on_re2_alone() -> None:
     assert sorted(scan.hits(b"xz\n")) == [0]
     assert sorted(scan.hits(b"a token\nother\n")) == [1, 2]
     assert scan.hits(b"nothing here\n") == []
+    lines = BlockScan(["(?m)^x(?:^y)?z", "token", "(?m)^other"], lines=True)
+    assert lines.engine == "hyperscan+re2"
+    assert sorted(lines.line_ends(b"a token\nother\nxz\nnothing\n")) == [(0, 17), (1, 8),
+                                                                         (2, 14)]
 
 
-def test_clean_block_strips_escapes_as_the_pattern_and_drop_list_do() -> None:
+def test_clean_strips_escapes_as_the_pattern_and_drop_list_do() -> None:
     """The ESC-to-ESC walk gives what `_ANSI.sub` followed by dropping ESC and NUL gives."""
     import random  # noqa: PLC0415
 
@@ -179,11 +217,11 @@ def test_clean_block_strips_escapes_as_the_pattern_and_drop_list_do() -> None:
 
     rng = random.Random(12)  # noqa: S311 - test data, not secrets
     pieces = [b"\x1b[31m", b"\x1b[0m", b"\x1b]0;title\x07", b"\x1b]8;;x\x1b\\", b"\x1b",
-              b"\x1b(", b"\x1b(B", b"\x00", b"text ", b"\n", b"[", b"]", b"\x1b[", b"\x07"]
+              b"\x1b(", b"\x1b(B", b"\x00", b"text ", b"[", b"]", b"\x1b[", b"\x07"]
     for _ in range(3000):
         raw = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
-        want = _ANSI.sub(b"", raw).translate(None, _DROP)
-        assert clean_block(raw) == want, raw
+        want = _ANSI.sub(b"", raw).translate(None, _DROP).decode("utf-8", "replace")
+        assert clean(raw, 1 << 20) == want, raw
 
 
 def test_past_the_start_only_running_phase_rules_are_scanned_for() -> None:

@@ -112,7 +112,7 @@ def test_request_text_after_records_still_acts_on_nothing() -> None:
     b"RuntimeError: \xc3 peer access is not supported between these two devices\n",
 ])
 def test_the_re2_path_matches_a_fatal_line_with_an_invalid_utf8_byte(raw: bytes) -> None:
-    exact = BlockScan(MATCHER._block.patterns, accelerate=False)
+    exact = BlockScan(MATCHER._lines.patterns, accelerate=False)
     rule = next(i for i, r in enumerate(MATCHER.rules) if r.id == "custom-all-reduce-no-p2p")
     assert rule in exact.hits(raw)
     line = clean(raw, 65536)

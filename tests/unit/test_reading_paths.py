@@ -1,34 +1,43 @@
-"""Issue 20 item 5: the fallback path equals the fast path, and the CLI's path equals both.
+"""Issues 20 and 24: the reader's lines decide what a full per-line pass decides.
 
-The same bytes go through the reader's own line cutter (shell/child._Pump) behind the block
-prefilter on Hyperscan+RE2, behind the prefilter on RE2 alone, and with no prefilter at all
-(every line read), and the lines it emits through the supervisor's machine (core/replay.py):
-the fix must be the same, over every stored real log and mutations of it (CRLF line ends,
-ANSI colours, an invalid UTF-8 byte, a NUL, chunk splits at every offset of the fatal line,
-a 10 MB line before it). And `explain`'s CLI path (the matching lines only) gives that fix.
+The same bytes go through the reader's line reader (core/linereader.py) with the
+supervisor's own per-line scan and filter (shell/supervisor.Supervisor._scan/_keep) on
+Hyperscan+RE2, on RE2 alone, and with no scan at all (every line read), and the lines it
+emits through the supervisor's machine (core/replay.py): the fix must be the same, over every
+stored real log and mutations of it (CRLF line ends, ANSI colours, an invalid UTF-8 byte, a
+NUL, chunk splits at every offset of the fatal line, a 10 MB line before it, random
+chunkings, a fatal traceback at a random place in a flood). Line by line, the reader emits
+exactly the lines of an independent per-line pass (split, clean, core/tracebacks.step) that
+the machine acts on: an exception line that ends a traceback, or a line `_keep` keeps. And
+`explain`'s CLI path (the matching lines only) gives that fix.
 """
 
 from __future__ import annotations
 
-import io
+import queue
+import random
 import re
 import shlex
 import tomllib
-from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from requestlines import FATAL_TEXTS, TS, quoting
+from sglang_guard.core import tracebacks
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.logline import LINE_CAP, clean, clean_block
+from sglang_guard.core.linereader import Line, LineReader
+from sglang_guard.core.logline import LINE_CAP, clean
 from sglang_guard.core.options import load_option_table
 from sglang_guard.core.replay import Replay, env_for
 from sglang_guard.core.rules import Fix, Matcher, load_default_packs
 from sglang_guard.shell import child
 from sglang_guard.shell.explain import explain_fix, explain_lines, matching_lines
 from sglang_guard.shell.inputs import read_command_line
+from sglang_guard.shell.supervisor import Supervisor
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PACKS = load_default_packs()
@@ -56,34 +65,52 @@ LOGS = [*sorted((DATA / "sglang-logs").glob("*.log")), *sorted((DATA / "realworl
 STORED = {p.stem: _log(p) for p in LOGS}
 
 
-def _prefilter(matcher: Matcher) -> Callable[[bytes], int]:
-    """The supervisor's per-chunk question (shell/supervisor.Supervisor._prefilter)."""
-    def interesting(block: bytes) -> int:
-        found = matcher.scan(clean_block(block))
-        if found.rule or found.ready:
-            return child.LINES
-        return child.HEADER if found.traceback else child.SKIP
-    return interesting
+def _live(matcher: Matcher, phase: str = "starting") -> Any:
+    """What the supervisor's reader side reads with (only `state`, `rt.env`, `events`)."""
+    return SimpleNamespace(state=SimpleNamespace(phase=phase),
+                           rt=SimpleNamespace(env=SimpleNamespace(matcher=matcher)),
+                           events=queue.Queue())
 
 
-def read(chunks: list[bytes], matcher: Matcher | None) -> list[tuple[str, bool]]:
-    """The lines the reader emits for these chunks (None: no prefilter, every line)."""
-    lines: list[tuple[str, bool]] = []
-    pump = child._Pump(pipe=io.BytesIO(), stream="stderr", gen=1, sink=io.BytesIO(),
-                       emit=lambda _s, text, _n, ends, _x: lines.append((text, ends)),
-                       cap=LINE_CAP, budget=1 << 30,
-                       prefilter=_prefilter(matcher) if matcher is not None else None)
-    for chunk in chunks:
-        pump._cut(chunk)
-    if pump._head or pump._length:
-        pump._line()
-    return lines
+def reader(matcher: Matcher | None, phase: str = "starting") -> LineReader:
+    """The supervisor's line reader for one stream (None: no scan, every line)."""
+    if matcher is None:
+        return LineReader(LINE_CAP)
+    live = _live(matcher, phase)
+    return LineReader(LINE_CAP, Supervisor._scan(live, 1),
+                      lambda line: Supervisor._keep(live, line))
 
 
-def decide(lines: list[tuple[str, bool]], cl: CommandLine) -> tuple[Any, ...] | None:
+def read(chunks: list[bytes], matcher: Matcher | None) -> list[Line]:
+    """The lines the reader emits for these chunks (None: no scan, every line)."""
+    lines = reader(matcher)
+    return [line for chunk in chunks for line in lines.feed(chunk)] + lines.close()
+
+
+def per_line(data: bytes) -> list[Line]:
+    """An independent full pass: every line, split, cleaned and tracked one by one."""
+    parts = data.split(b"\n")
+    if parts[-1] == b"":
+        parts.pop()
+    state, out = tracebacks.UNKNOWN, []
+    for raw in parts:
+        text = clean(raw[:LINE_CAP], LINE_CAP)
+        before = state
+        state, ends = tracebacks.step(before, text)
+        out.append(Line(text, len(raw), ends, tracebacks.ends_frames(before, state)))
+    return out
+
+
+def acting(data: bytes, matcher: Matcher) -> list[Line]:
+    """Of the per-line pass, the lines the machine acts on: what the reader must emit."""
+    live = _live(matcher)
+    return [ln for ln in per_line(data) if ln.exception or Supervisor._keep(live, ln)]
+
+
+def decide(lines: list[Line], cl: CommandLine) -> tuple[Any, ...] | None:
     run = Replay(env_for(FAST, OPTIONS, sglang_version="0.5.23"), cl)
-    for text, ends in lines:
-        run.feed(text, ends, read=False)
+    for line in lines:
+        run.feed(line.text, line.ends, read=False, exception=line.exception)
         if run.done:
             break
     return _key(run.finish())
@@ -94,12 +121,19 @@ def _key(fix: Fix | None) -> tuple[Any, ...] | None:
 
 
 def three_ways(chunks: list[bytes], cl: CommandLine) -> set[tuple[Any, ...] | None]:
-    return {decide(read(chunks, m), cl) for m in (FAST, SLOW, None)}
+    """The fixes of the reader on Hyperscan+RE2, on RE2 and reading every line, and of the
+    independent per-line pass; the two scanning readers also line for line."""
+    data = b"".join(chunks)
+    want = acting(data, FAST)
+    for matcher in (FAST, SLOW):
+        assert read(chunks, matcher) == want
+    return {decide(read(chunks, m), cl) for m in (FAST, SLOW, None)} | {
+        decide(per_line(data), cl)}
 
 
 def _fatal(data: bytes, cl: CommandLine) -> tuple[int, int] | None:
     """Where the line that decides the fix is (start, end), read every line."""
-    lines = read([data], None)
+    lines = per_line(data)
     want = decide(lines, cl)
     if want is None:
         return None
@@ -190,4 +224,115 @@ def test_an_exception_line_no_rule_matches_still_reaches_the_machine(matcher: Ma
     crash = b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
     for chunks in ([header, crash], [header + crash], [header[:50], header[50:], crash]):
         lines = read(chunks, matcher)
-        assert (crash.decode().rstrip("\n"), True) in lines, chunks
+        assert [(ln.text, ln.ends, ln.exception) for ln in lines] == [
+            (crash.decode().rstrip("\n"), True, True)], chunks
+
+
+def _chunkings(data: bytes, rng: random.Random) -> list[bytes]:
+    """`data` cut at random offsets: many small pieces, a few large, any byte a boundary."""
+    cuts, at = [], 0
+    while at < len(data):
+        at += rng.choice((1, 2, 7, 64, 300, 4096, 65536, child.READ_CHUNK))
+        cuts.append(min(at, len(data)))
+    return [data[a:b] for a, b in zip([0, *cuts], cuts, strict=False) if b > a]
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_random_chunkings_read_exactly_the_acting_lines(name: str) -> None:
+    """A property over chunkings (seeded, 12 per log and mutation): whatever the chunk
+    boundaries, the reader emits exactly the per-line pass's acting lines, and the fix."""
+    data, argv, _ = STORED[name]
+    cl = read_command_line(argv, OPTIONS)
+    rng = random.Random(name)  # noqa: S311 - test data, not secrets
+    for kind, mutated in {"as is": data, **_mutations(data)}.items():
+        want = acting(mutated, FAST)
+        fix = decide(per_line(mutated), cl)
+        for _ in range(12):
+            chunks = _chunkings(mutated, rng)
+            got = read(chunks, FAST)
+            assert got == want, (kind, [len(c) for c in chunks][:20])
+            assert decide(got, cl) == fix, kind
+
+
+FLOOD_LINE = (b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 512, "
+              b"#cached-token: 0, token usage: 0.01, #running-req: 0, #queue-req: 0\n")
+FLOOD_FATAL = (b"[2026-01-01 00:00:00] Scheduler hit an exception: Traceback (most recent call "
+               b"last):\n  File \"scheduler.py\", line 1, in run_scheduler_process\n"
+               b"ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90. Please use "
+               b"`--attention-backend flashinfer`.\n")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_a_fatal_traceback_anywhere_in_a_flood_costs_its_own_lines(seed: int) -> None:
+    """The bench's flood (bench/compare/floodchild.py) with the fatal traceback at a random
+    line of ~2 MB of records, read in random chunks: the reader emits the crash banner (a
+    catch-all rule reads it) and the exception line, no line of the flood, and the machine
+    decides the FA3 fix."""
+    rng = random.Random(seed)  # noqa: S311 - test data, not secrets
+    before, after = rng.randrange(0, 15000), rng.randrange(0, 3000)
+    data = FLOOD_LINE * before + FLOOD_FATAL + FLOOD_LINE * after
+    cl = read_command_line(["--model-path", "/m", "--attention-backend", "fa3"], OPTIONS)
+    for matcher in (FAST, SLOW):
+        got = read(_chunkings(data, rng), matcher)
+        assert got == acting(data, matcher)
+        fatal = FLOOD_FATAL.decode().splitlines()
+        assert [ln.text for ln in got] == [fatal[0], fatal[-1]]
+        fix = decide(got, cl)
+        assert fix is not None and fix[0] == "fa3-requires-sm80-sm90", fix
+
+
+def _soup(rng: random.Random) -> bytes:
+    """A random stream of every kind of line the tracker tells apart (records, requests with
+    open quotes and their continuations, tracebacks, exception lines, `- ` items, blank and
+    Unicode-blank lines, quoted fatal text), dressed at random (CRLF, ANSI, NUL, a bad byte,
+    a head past the cap), starting anywhere."""
+    fatal = rng.choice(FATAL_TEXTS)
+    kinds = [
+        lambda: FLOOD_LINE.rstrip(b"\n").decode(),
+        lambda: f"{TS} {fatal}",
+        lambda: f"{TS} Receive: obj=GenerateReqInput(rid='x', text='{fatal}",  # open quote
+        lambda: f"{TS} Receive: obj=GenerateReqInput(rid='x', text={fatal!r})",
+        lambda: f"{TS} Receive: obj=GenerateReqInput(rid='x', text='tell me",  # open, no hit
+        lambda: f'{TS} {{"event": "request.finished", "out": "and so',
+        lambda: f"{TS} Finish: obj=GenerateReqInput(rid='x'), out={{'text': 'ok'}}",
+        lambda: fatal,
+        lambda: f"- {fatal}",
+        lambda: rng.choice(quoting(fatal)),
+        lambda: tracebacks.HEADER,
+        lambda: f"{TS} Scheduler hit an exception: {tracebacks.HEADER}",
+        lambda: '  File "scheduler.py", line 1, in run',
+        lambda: "    raise ValueError(msg)",
+        lambda: rng.choice(("", "   ", "\u00a0", "\x1c", "\u3000 ", "\t")),
+        lambda: "INFO:     127.0.0.1:5000 - \"POST /generate HTTP/1.1\" 200 OK",
+        lambda: "Loading safetensors checkpoint shards:  50% Completed | 1/2",
+        lambda: f"[2026-11-29 16:50:4 TP0] not quite a record {fatal}",
+    ]
+    out = []
+    for _ in range(rng.randrange(1, 60)):
+        line = rng.choice(kinds)().encode()
+        dress = rng.random()
+        if dress < 0.05:
+            line = b"\x1b[31m" + line + b"\x1b[0m"
+        elif dress < 0.08:
+            line = line[:3] + b"\x00" + line[3:]
+        elif dress < 0.11:
+            line = line[:1] + b"\xff" + line[1:]
+        elif dress < 0.13:
+            line = b" " * (LINE_CAP + rng.randrange(-2, 3)) + line
+        elif dress < 0.15:
+            line = line + b"\r"
+        out.append(line)
+    return b"\n".join(out) + rng.choice((b"\n", b""))
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_line_soups_read_exactly_the_acting_lines(seed: int) -> None:
+    """The property over the whole space, not only the stored logs: for random streams of
+    every line kind (`_soup`), in random chunks, on both engines, the reader emits exactly
+    the acting lines of the per-line pass, in order."""
+    rng = random.Random(seed)  # noqa: S311 - test data, not secrets
+    for _ in range(25):
+        data = _soup(rng)
+        want = acting(data, FAST)
+        for matcher in (FAST, SLOW):
+            assert read(_chunkings(data, rng), matcher) == want, data[:400]

@@ -164,7 +164,7 @@ def test_a_builder_that_builds_nothing_means_a_compile_here(tmp_path: Path,
     asked: list[tuple[str, ...]] = []
     expected = _answers(None)
     before = len(compiles)
-    blockscan.use_store(FileStore(tmp_path / "hs"), build=asked.append)
+    blockscan.use_store(FileStore(tmp_path / "hs"), build=lambda p, lines: asked.append(p))
     assert [sorted(BlockScan(PATTERNS).hits(b)) for b in BLOCKS] == expected
     assert asked == [PATTERNS]
     assert len(compiles) == before + 1

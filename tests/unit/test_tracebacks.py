@@ -1,12 +1,14 @@
-"""Which exception lines end a traceback (core/tracebacks.py), line by line and skipped."""
+"""Which exception lines end a traceback (core/tracebacks.py), line by line and advanced over."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from sglang_guard.core import tracebacks as tb
+from sglang_guard.core.linereader import LineReader
 from sglang_guard.core.logline import clean, is_exception_line
 from sglang_guard.core.rules import Matcher, load_default_packs
 
@@ -81,6 +83,28 @@ def test_a_request_record_and_its_continuation_are_never_read() -> None:
     assert flags([REAL[0], REAL[1], whole, REAL[4]]) == [False, False, False, True]
 
 
+_HEADERS = re.compile(rb"Traceback \(most recent call last\):[^\n]*\n")
+
+
+def skip(state: str, block: bytes, head: bytes = b"") -> str:
+    """Where the reader's tracker is after `block`'s complete lines (`head`: the start of the
+    line the block finishes), reading none but the headers, as the live scan hits them
+    (core/linereader.py over core/tracebacks.advance)."""
+    reader = LineReader(65536, lambda b: [m.end() for m in _HEADERS.finditer(b)])
+    reader.state = state
+    reader.feed(head)
+    reader.feed(block)
+    return reader.state
+
+
+def test_advance_reports_the_exception_line_it_passes() -> None:
+    block = b'  File "x.py", line 1\n[2026-11-29 16:50:40] other\nKeyError: \'a\'\nmore\n'
+    found: list[tuple[int, int, str]] = []
+    assert tb.advance(tb.TRACEBACK, block, (0, len(block)), 65536, found) == tb.MESSAGE
+    at = block.index(b"KeyError")
+    assert found == [(at, block.index(b"\n", at), "KeyError: 'a'")]
+
+
 @pytest.mark.parametrize("start", [tb.OTHER, tb.UNKNOWN, tb.REQUEST, tb.TRACEBACK, tb.MESSAGE])
 @pytest.mark.parametrize("lines", [REQUEST, [*REQUEST, f"{TS} ok", "x"], REAL + REQUEST,
                                    REQUEST + REAL, [REAL[0], REQUEST[0], *REAL[1:]],
@@ -90,38 +114,37 @@ def test_skip_agrees_with_step_around_requests(start: str, lines: list[str]) -> 
     state = start
     for line in lines:
         state, _ = tb.step(state, line)
-    assert tb.skip(start, block) == state
+    assert skip(start, block) == state
     for cut in range(1, len(block)):
         head_end = block.rfind(b"\n", 0, cut) + 1
         before = start
         for raw in block[:head_end].splitlines():
             before, _ = tb.step(before, raw.decode())
-        assert tb.skip(before, block[cut:], block[head_end:cut]) == state, cut
+        assert skip(before, block[cut:], block[head_end:cut]) == state, cut
 
 
 @pytest.mark.parametrize("split", [0, 10, 30, 60])
 def test_skip_finds_a_header_in_a_block_and_across_the_boundary(split: int) -> None:
     text = ("\n".join(REAL[:4]) + "\n").encode()
     head, block = text[:split], text[split:]
-    assert tb.skip(tb.MESSAGE, block, head) == tb.TRACEBACK
+    assert skip(tb.MESSAGE, block, head) == tb.TRACEBACK
 
 
 def test_the_block_scan_passes_every_block_with_a_header() -> None:
-    """Outside a traceback `skip` is constant work: the prefilter must pass a header."""
+    """Between hits the tracker reads no header: the scan must hit every one."""
     matcher = Matcher(load_default_packs())
     found = matcher.scan(("\n".join(REAL[:4]) + "\n").encode())
     assert found.traceback and not matcher.scan(b"[2026-11-29 16:50:40] fine\n").traceback
 
 
 def test_skip_keeps_other_and_leaves_a_traceback_at_its_end() -> None:
-    assert tb.skip(tb.OTHER, b"[2026-11-29 16:50:40] a\nb\n") == tb.OTHER
+    assert skip(tb.OTHER, b"[2026-11-29 16:50:40] a\nb\n") == tb.OTHER
     header_block = ("\n".join(REAL[:3]) + "\n").encode()
-    assert tb.skip(tb.OTHER, header_block, header=False) == tb.OTHER  # the caller vouches
-    assert tb.skip(tb.OTHER, header_block) == tb.TRACEBACK
-    assert tb.skip(tb.UNKNOWN, b"plain\n") == tb.UNKNOWN
-    assert tb.skip(tb.UNKNOWN, b"[2026-11-29 16:50:40] first record\n") == tb.OTHER
-    assert tb.skip(tb.MESSAGE, b"more of the message\n\n") == tb.OTHER
-    assert tb.skip(tb.TRACEBACK, b"  File x\nKeyError: 'a'\n") == tb.MESSAGE
+    assert skip(tb.OTHER, header_block) == tb.TRACEBACK
+    assert skip(tb.UNKNOWN, b"plain\n") == tb.UNKNOWN
+    assert skip(tb.UNKNOWN, b"[2026-11-29 16:50:40] first record\n") == tb.OTHER
+    assert skip(tb.MESSAGE, b"more of the message\n\n") == tb.OTHER
+    assert skip(tb.TRACEBACK, b"  File x\nKeyError: 'a'\n") == tb.MESSAGE
 
 
 @pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
@@ -142,7 +165,7 @@ def test_every_fatal_exception_line_of_the_real_logs_still_counts(log: Path) -> 
 
 @pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
 def test_skip_agrees_with_reading_every_line(log: Path) -> None:
-    """`skip` jumps with regexes; it must land where `step`, line by line, lands."""
+    """`advance` jumps with regexes; it must land where `step`, line by line, lands."""
     data = log.read_bytes()
     cuts = [len(data) * k // 7 for k in range(1, 7)]
     for start in (tb.OTHER, tb.UNKNOWN, tb.TRACEBACK, tb.MESSAGE):
@@ -151,7 +174,7 @@ def test_skip_agrees_with_reading_every_line(log: Path) -> None:
             state = start
             for raw in block.splitlines():
                 state, _ = tb.step(state, raw.decode("utf-8", "replace"))
-            assert tb.skip(start, block) == state, (start, cut)
+            assert skip(start, block) == state, (start, cut)
 
 
 @pytest.mark.parametrize("log", LOGS, ids=[p.name for p in LOGS])
@@ -169,10 +192,10 @@ def test_skip_reads_the_line_a_block_finishes_whole(log: Path) -> None:
             before = start
             for raw in data[:line_start].splitlines():
                 before, _ = tb.step(before, raw.decode("utf-8", "replace"))
-            assert tb.skip(before, data[cut:end], data[line_start:cut]) == state, (start, k)
+            assert skip(before, data[cut:end], data[line_start:cut]) == state, (start, k)
 
 
 def test_a_lone_newline_ends_the_line_it_finishes_not_a_blank_line() -> None:
     """A 10 MB line's newline written on its own: not a blank line (the fault suite's flood)."""
-    assert tb.skip(tb.UNKNOWN, b"\n", b"aaaa") == tb.UNKNOWN
-    assert tb.skip(tb.MESSAGE, b"\n", b"more message") == tb.MESSAGE
+    assert skip(tb.UNKNOWN, b"\n", b"aaaa") == tb.UNKNOWN
+    assert skip(tb.MESSAGE, b"\n", b"more message") == tb.MESSAGE

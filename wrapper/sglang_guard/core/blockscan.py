@@ -36,6 +36,7 @@ process, so that the compile's heap never stays in the supervisor), then loaded.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -65,16 +66,17 @@ class DatabaseStore(Protocol):
         """Keep `blob` under `key` (failing quietly: a store only saves time)."""
 
 
+Builder = Callable[[tuple[str, ...], bool], None]
 _store: DatabaseStore | None = None
-_builder: Callable[[tuple[str, ...]], None] | None = None
+_builder: Builder | None = None
 
 
-def use_store(store: DatabaseStore | None,
-              build: Callable[[tuple[str, ...]], None] | None = None) -> None:
+def use_store(store: DatabaseStore | None, build: Builder | None = None) -> None:
     """Load and save compiled databases through `store` from now on (None: compile each).
 
-    `build(patterns)`, when given, is asked first on a miss: it is to leave the databases of
-    `BlockScan(patterns)` in the store (a failure is not an error: the compile happens here).
+    `build(patterns, lines)`, when given, is asked first on a miss: it is to leave the
+    databases of `BlockScan(patterns, lines=lines)` in the store (a failure is not an error:
+    the compile happens here).
     """
     global _store, _builder
     _store, _builder = store, build
@@ -132,13 +134,47 @@ def unanchored(pattern: str) -> str:
                    for kind, text in _tokens(pattern))
 
 
-class BlockScan:
-    """One compiled set of patterns; `hits(block)` names those that might match in it."""
+# What a pattern becomes in a per-line set (`BlockScan(lines=True)`): the rest of its line,
+# up to and with the newline, so that Hyperscan reports a hit once per line, at its end.
+_TO_LINE_END = r"[^\n]*\n"
 
-    def __init__(self, patterns: Sequence[str], *, accelerate: bool = True) -> None:
+
+def line_prefix(pattern: str) -> str:
+    """`pattern` cut before its first top-level `.*` or `.+` (when it has no top-level `|`):
+    a line it matches in holds a match of the part before, so per line this is a superset
+    (and Hyperscan need not track the `.*` to the line's end)."""
+    depth, cut, tokens = 0, None, list(_tokens(pattern))
+    for n, (kind, text) in enumerate(tokens):
+        if kind != "char":
+            continue
+        if text == "(":
+            depth += 1
+        elif text == ")":
+            depth -= 1
+        elif depth == 0 and text == "|":
+            return pattern
+        elif (depth == 0 and text == "." and cut is None and n + 1 < len(tokens)
+              and tokens[n + 1] in (("char", "*"), ("char", "+")) and n > 0):
+            cut = n
+    if cut is None:
+        return pattern
+    return "".join(text for _, text in tokens[:cut])
+
+
+class BlockScan:
+    """One compiled set of patterns; `hits(block)` names those that might match in it.
+
+    `lines=True`: a per-line set, asked with `line_ends(block)`: which lines of the block
+    (by the offset just past their newline) a pattern might match in, each pattern once per
+    line; a hit then costs the lines it is in, not the block.
+    """
+
+    def __init__(self, patterns: Sequence[str], *, accelerate: bool = True,
+                 lines: bool = False) -> None:
         """Keep `patterns` (RE2 syntax); they are compiled on first use (`compile`)."""
         self.patterns = tuple(patterns)
         self.size = len(self.patterns)
+        self.lines = lines
         self._accelerate = accelerate
         self._compiled: _Compiled | None = None
         self._lock = threading.Lock()
@@ -168,8 +204,35 @@ class BlockScan:
             with self._lock:
                 done = self._compiled
                 if done is None:
-                    done = self._compiled = _compile(self.patterns, self._accelerate)
+                    done = self._compiled = _compile(self.patterns, self._accelerate,
+                                                     self.lines)
         return done
+
+    def line_ends(self, block: bytes | memoryview) -> list[tuple[int, int]]:
+        """(pattern index, offset just past the newline) of each complete line of `block` in
+        which that pattern might match (a superset; a per-line set: `lines=True`), unsorted.
+
+        A line's own match is a match in the block's bytes ending in that line, so Hyperscan
+        reports the line; the patterns on RE2 are found by halving the block at a newline
+        until one line is left (a few set scans per hit, none for a block without one).
+        """
+        if not self.size:
+            return []
+        done = self.compile()
+        found: list[tuple[int, int]] = []
+        if done.rest_sets:
+            data = bytes(block)
+            _bisect(done, data, 0, data.rfind(b"\n") + 1, found)
+        if done.db is None:
+            return found
+        scratch = _scratch(self._local, done.db)
+
+        def on_match(pid: int, _start: int, end: int, _flags: int, _ctx: object) -> bool:
+            found.append((pid, end))
+            return False
+
+        done.db.scan(block, match_event_handler=on_match, scratch=scratch)
+        return found
 
     def hits(self, block: bytes) -> list[int]:
         """Indices of the patterns that might match somewhere in `block` (a superset)."""
@@ -183,9 +246,7 @@ class BlockScan:
                       for i in part.Match(text) or ()]
         if done.db is None:
             return found
-        scratch = getattr(self._local, "scratch", None)
-        if scratch is None:
-            scratch = self._local.scratch = _hs.Scratch(done.db)
+        scratch = _scratch(self._local, done.db)
 
         def on_match(pid: int, _start: int, _end: int, _flags: int, _ctx: object) -> bool:
             found.append(pid)
@@ -193,6 +254,14 @@ class BlockScan:
 
         done.db.scan(block, match_event_handler=on_match, scratch=scratch)
         return found
+
+
+def _scratch(local: threading.local, db: Any) -> Any:
+    """This thread's Hyperscan scratch space for `db` (one per scanning thread)."""
+    scratch = getattr(local, "scratch", None)
+    if scratch is None:
+        scratch = local.scratch = _hs.Scratch(db)
+    return scratch
 
 
 def utf8(block: bytes) -> bytes:
@@ -208,6 +277,26 @@ def utf8(block: bytes) -> bytes:
     return block
 
 
+def _bisect(done: _Compiled, data: bytes, start: int, end: int,
+            found: list[tuple[int, int]]) -> None:
+    """The lines of `data[start:end]` (whole lines) that the RE2 sets hit, into `found`."""
+    if end <= start:
+        return
+    text = utf8(data[start:end])
+    ids = [done.rest_ids[first + i] for first, part in done.rest_sets
+           for i in part.Match(text) or ()]
+    if not ids:
+        return
+    middle = data.rfind(b"\n", start, start + (end - start) // 2) + 1
+    if middle <= start:  # one line left (or a first line past the middle)
+        middle = data.find(b"\n", start, end - 1) + 1
+        if middle <= start:
+            found += [(i, end) for i in ids]
+            return
+    _bisect(done, data, start, middle, found)
+    _bisect(done, data, middle, end, found)
+
+
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     """A Hyperscan database of the patterns it takes, RE2 sets of the rest."""
@@ -218,47 +307,54 @@ class _Compiled:
     why: str | None  # why some or all patterns are on RE2
 
 
-def _on_re2(patterns: tuple[str, ...], ids: Sequence[int], db: Any, why: str | None
-            ) -> _Compiled:
+def _on_re2(patterns: tuple[str, ...], ids: Sequence[int], db: Any, why: str | None,
+            lines: bool = False) -> _Compiled:
     rest = tuple(ids)
-    sets = _re2_sets(tuple(patterns[i] for i in rest)) if rest else ()
+    # Per line, RE2 reads each line alone: a pattern's `^`/`$` may then stay multi-line.
+    sets = _re2_sets(tuple(f"(?m){patterns[i]}" if lines else patterns[i] for i in rest)
+                     ) if rest else ()
     return _Compiled(db, rest, sets, why)
 
 
-@lru_cache(maxsize=8)
-def _compile(patterns: tuple[str, ...], accelerate: bool) -> _Compiled:
+@lru_cache(maxsize=16)
+def _compile(patterns: tuple[str, ...], accelerate: bool, lines: bool = False) -> _Compiled:
     everything = range(len(patterns))
     if not accelerate:
-        return _on_re2(patterns, everything, None, "not accelerated (accelerate=False)")
+        return _on_re2(patterns, everything, None, "not accelerated (accelerate=False)", lines)
     if _hs is None:
-        return _on_re2(patterns, everything, None, "the hyperscan module is not installed")
-    found = _hyperscan(patterns, everything)
+        return _on_re2(patterns, everything, None, "the hyperscan module is not installed",
+                       lines)
+    found = _hyperscan(patterns, everything, lines=lines)
     if not isinstance(found, str):
         return _Compiled(found, (), (), None)
     # One pattern it cannot take would put them all on RE2: find which, keep the rest.
     taken = [i for i in everything
-             if not isinstance(_hyperscan(patterns, [i], stored=False), str)]
-    db = _hyperscan(patterns, taken) if taken else found
+             if not isinstance(_hyperscan(patterns, [i], stored=False, lines=lines), str)]
+    db = _hyperscan(patterns, taken, lines=lines) if taken else found
     if isinstance(db, str):
-        return _on_re2(patterns, everything, None, f"Hyperscan: {found}")
+        return _on_re2(patterns, everything, None, f"Hyperscan: {found}", lines)
     rest = [i for i in everything if i not in set(taken)]
     return _on_re2(patterns, rest, db,
-                   f"{len(rest)} of {len(patterns)} patterns are on RE2 (Hyperscan: {found})")
+                   f"{len(rest)} of {len(patterns)} patterns are on RE2 (Hyperscan: {found})",
+                   lines)
 
 
-def _hyperscan(patterns: tuple[str, ...], ids: Sequence[int], *, stored: bool = True) -> Any:
+def _hyperscan(patterns: tuple[str, ...], ids: Sequence[int], *, stored: bool = True,
+               lines: bool = False) -> Any:
     """A Hyperscan block-mode database of the patterns at `ids`, or why it cannot be had.
 
     `stored`: look it up in (and save it to) the process's store, when one is set.
+    `lines`: each pattern runs on to its line's end and reports every line (no SINGLEMATCH).
     """
-    expressions = [widen(patterns[i]).encode() for i in ids]
-    base = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_SINGLEMATCH
+    expressions = [(f"(?:{widen(line_prefix(patterns[i]))}){_TO_LINE_END}" if lines
+                    else widen(patterns[i])).encode() for i in ids]
+    base = _hs.HS_FLAG_PREFILTER | (0 if lines else _hs.HS_FLAG_SINGLEMATCH)
     store = _store if stored else None
     key = database_key(expressions, ids, base) if store is not None else ""
     if store is not None:
         loaded = _load(store, key)
         if loaded is None and _builder is not None:
-            _builder(patterns)  # builds the whole set's databases elsewhere, then load
+            _builder(patterns, lines)  # builds the whole set's databases elsewhere, then load
             loaded = _load(store, key)
         if loaded is not None:
             return loaded
@@ -350,3 +446,68 @@ def _re2_sets(patterns: tuple[str, ...]) -> tuple[tuple[int, Any], ...]:
         return (*_re2_sets(patterns[:half]),
                 *((i + half, part) for i, part in _re2_sets(patterns[half:])))
     return ((0, found),)
+
+
+class FirstLine:
+    """The first line of a span of whole lines that one of `patterns` might match at its
+    start (bytes, multi-line `^`): Hyperscan stopping at its first match (a superset, in
+    prefilter mode). `start` is None where Hyperscan is missing or takes a pattern not: the
+    caller then searches with its own regex."""
+
+    def __init__(self, patterns: Sequence[bytes]) -> None:
+        self.patterns = tuple(patterns)
+        self._db: Any = None
+        self._tried = False
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def compile(self) -> bool:
+        """Compile (or load from the store) now; whether Hyperscan takes the patterns."""
+        return self._compiled() is not None
+
+    def _compiled(self) -> Any:
+        if not self._tried:
+            with self._lock:
+                if not self._tried:
+                    self._db = _first_line_db(self.patterns)
+                    self._tried = True
+        return self._db
+
+    def start(self, block: bytes, start: int, end: int) -> int | None:
+        """Where the first such line of `block[start:end]` starts (-1: none; None: ask
+        someone else). `start` must be a line's start."""
+        db = self._compiled()
+        if db is None:
+            return None
+        scratch = _scratch(self._local, db)
+        found: list[int] = []
+
+        def on_match(_pid: int, _start: int, at: int, _flags: int, _ctx: object) -> bool:
+            found.append(at)
+            return True  # the first is all we need
+
+        with contextlib.suppress(_hs.ScanTerminated):
+            db.scan(memoryview(block)[start:end], match_event_handler=on_match, scratch=scratch)
+        if not found:
+            return -1
+        line = block.rfind(b"\n", start, start + max(found[0] - 1, 0)) + 1 or start
+        return line if line < end else -1
+
+
+def _first_line_db(patterns: tuple[bytes, ...]) -> Any:
+    """A `FirstLine` database, through the store when one is set (compiled here on a miss:
+    a few patterns, and once per CPU and Hyperscan version)."""
+    if _hs is None:
+        return None
+    flags = _hs.HS_FLAG_PREFILTER | _hs.HS_FLAG_MULTILINE | _hs.HS_FLAG_SINGLEMATCH
+    ids = range(len(patterns))
+    store = _store
+    key = database_key(patterns, ids, flags) if store is not None else ""
+    if store is not None and (loaded := _load(store, key)) is not None:
+        return loaded
+    db = _compile_hs(patterns, ids, flags)
+    if isinstance(db, str):
+        return None
+    if store is not None:
+        store.save(key, _hs.dumpb(db))
+    return db

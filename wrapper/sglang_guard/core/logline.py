@@ -51,23 +51,9 @@ def clean(raw: bytes, cap: int) -> str:
     return raw.decode("utf-8", "replace").rstrip("\r\n")
 
 
-def clean_block(raw: bytes) -> bytes:
-    """`clean` for many lines at once, as bytes: newlines kept, no cap, no decoding.
-
-    The reader's prefilter runs RE2 on these bytes directly (RE2 reads UTF-8 and simply
-    fails to match invalid sequences), which saves a decode and re-encode per chunk.
-    """
-    if b"\x1b" in raw:
-        raw = _strip_escapes(raw)
-    if b"\x00" in raw:
-        raw = raw.translate(None, _DROP)
-    return raw
-
-
 def _strip_escapes(raw: bytes) -> bytes:
     """`_ANSI.sub` then dropping lone ESCs, jumping from ESC to ESC (memchr) instead of
-    trying the pattern at every byte: a colour code per line no longer costs a regex pass
-    over the whole 1 MiB chunk."""
+    trying the pattern at every byte."""
     pieces, start = [], 0
     at = raw.find(b"\x1b")
     while at >= 0:

@@ -58,11 +58,12 @@ class Replay:
         self.state, actions = machine.start(machine.State(cl=self.cl), self.env)
         self._act(actions)
 
-    def feed(self, text: str, ends: bool | None = None, *, read: bool = True) -> None:
-        """One cleaned line; `ends` as the reader said it (computed here when `read`)."""
+    def feed(self, text: str, ends: bool | None = None, *, read: bool = True,
+             exception: bool = False) -> None:
+        """One cleaned line; `ends` and `exception` as the reader said them (computed here
+        when `read`)."""
         if self.done:
             return
-        exception = False
         if read:
             before = self._read
             self._read, ends = tracebacks.step(before, text)

@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 from sglang_guard.core import tracebacks
 from sglang_guard.core.blockscan import BlockScan, unanchored
 from sglang_guard.core.fixes import FIX_KINDS, Fix, MatchContext
-from sglang_guard.core.logline import error_text
+from sglang_guard.core.logline import LINE_CAP, error_text
 from sglang_guard.core.rulepack import (
     RE2_OPTIONS,
     Conditions,
@@ -69,16 +69,14 @@ __all__ = [
 # whole quoted strings ('...' or "...", as Python's repr writes them). Anchored at the start
 # of the text; RE2 keeps it linear.
 QUOTE_LEAD = r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*?"""
-# The prefilter's lead, per line of a block: a superset of where `error_text` lets a rule
-# read -- anywhere outside quotes, from column 0 (an SGLang record's message, an ERROR: level,
-# an exception line, argparse's error, and since issue 20 every line of SGLang's own output,
-# C++/CUDA/NCCL stderr included), with the quote rule of QUOTE_LEAD within one line.
-# Logged requests, access lines and other quoted text never pass it (their text is inside
-# quotes), so those near-miss lines cost no per-line work; which lines are requests' or
-# frames is the reader's to say (core/tracebacks.py), not the prefilter's.
-_BLOCK_QUOTES = (r"""(?:[^'"\\\n]|\\[^\n]|'(?:[^'\\\n]|\\[^\n])*'"""
-                 r"""|"(?:[^"\\\n]|\\[^\n])*")*?""")
-BLOCK_LEAD = r"(?m)^" + _BLOCK_QUOTES
+# What a chunk is scanned for, per line (core/blockscan.py, `lines=True`): each rule's own
+# pattern, widened and unanchored, with no lead (a lead that skips quoted text costs the scan
+# most of its speed): a line that quotes a fatal message is a hit, then one exact per-line
+# check (`candidates`) in the reader, and no event. Besides the rules: the start-up stage
+# markers and the ready line (while starting), and a traceback's header (the tracker must
+# read it). A line with an ESC or NUL byte, which must be cleaned before anyone can say what
+# it holds, the line reader finds itself (core/linereader.py: memchr is faster than a set).
+_ALWAYS = (re2.escape(tracebacks.HEADER),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +87,6 @@ class BlockHits:
     stage: str | None  # the start-up stage of the last marker in the block, if any
     ready: bool  # the block holds SGLang's ready line
     traceback: bool = False  # the block holds a traceback's header
-
-
-_NO_HITS = BlockHits(rule=False, stage=None, ready=False)
 
 
 class Matcher:
@@ -121,23 +116,17 @@ class Matcher:
         for rule in self.rules:
             self._free.Add(f"{QUOTE_LEAD}(?:{rule.pattern})")
             self._start.Add(f"(?:{rule.pattern})")
-        # The patterns over a block of many lines, each behind BLOCK_LEAD: a block that
-        # matches nothing holds no line that would (a superset test, core/blockscan.py).
-        # The start-up stage markers (the stall watch), the ready line and a traceback's
-        # header (its lines are read one by one: core/tracebacks.py) share the scan, after
-        # the rules.
-        # A rule's own anchors are dropped there (Hyperscan takes none behind a lead).
-        self._block = BlockScan([*(f"{BLOCK_LEAD}(?:{unanchored(rule.pattern)})"
-                                   for rule in self.rules),
-                                 *(marker for _, _, marker in MARKERS), re2.escape(READY_LINE),
-                                 re2.escape(tracebacks.HEADER)],
-                                accelerate=accelerate)
-        # Once SGLang is ready only running-phase rules act: a chatty server's log is
-        # scanned for those (and traceback headers) alone, a handful of patterns.
+        # Per phase, one per-line scan: while starting every rule, the stage markers and the
+        # ready line; once SGLang is ready only running-phase rules act (core/machine.py reads
+        # lines only while starting or ready), a handful of patterns.
+        rules = [unanchored(rule.pattern) for rule in self.rules]
+        self._markers = len(self.rules), len(self.rules) + len(MARKERS)
+        self._lines = BlockScan([*rules, *(marker for _, _, marker in MARKERS),
+                                 re2.escape(READY_LINE), *_ALWAYS],
+                                accelerate=accelerate, lines=True)
         self._running_ids = tuple(i for i, r in enumerate(self.rules) if in_phase(r, "running"))
-        self._block_running = BlockScan(
-            [*(self._block.patterns[i] for i in self._running_ids),
-             re2.escape(tracebacks.HEADER)], accelerate=accelerate)
+        self._lines_running = BlockScan([*(rules[i] for i in self._running_ids), *_ALWAYS],
+                                        accelerate=accelerate, lines=True)
         # Non-fatal rules (notes `explain` shows; they never act) read every line as it is.
         self._notes = re2.Set.SearchSet(RE2_OPTIONS)
         self._note_ids = tuple(i for i, r in enumerate(self.rules) if not r.fatal)
@@ -150,32 +139,45 @@ class Matcher:
         self._compiled: dict[str, Any] = {}
 
     def prepare_scan(self) -> tuple[str, str | None]:
-        """Compile the block prefilter now, not on the first chunk: its engine, and why not
-        all on Hyperscan (None when all are)."""
-        self._block_running.compile()
-        return self._block.engine, self._block.why
+        """Compile both phases' scans now, not on the first chunk: the engine, and why not
+        all on Hyperscan (None when all are). Each set scans once here, so that the first
+        chunk of a launch does not pay for the database's first touch (a few ms)."""
+        for scan in (self._lines, self._lines_running):
+            scan.line_ends(b"\n")
+        tracebacks.prepare(LINE_CAP)
+        return self._lines.engine, self._lines.why
+
+    def line_scan(self, block: bytes, starting: bool) -> tuple[list[int], str | None]:
+        """The lines of `block` the reader must read, by the offset just past each one's
+        newline (unsorted, perhaps repeated; a superset), and the start-up stage of the last
+        marker in it (None: none, or not `starting`: past the start only running-phase
+        rules are scanned for)."""
+        if not starting:
+            return [end for _, end in self._lines_running.line_ends(block)], None
+        found = self._lines.line_ends(block)
+        first, stop = self._markers
+        markers = [i - first for i, _ in found if first <= i < stop]
+        return ([end for i, end in found if not first <= i < stop],
+                last_stage(block, markers) if markers else None)
 
     def scan(self, block: bytes) -> BlockHits:
-        """One pass over `block` while SGLang starts: might a line match a rule, the last
-        stage it starts, the ready line (past the start: `scan_running`)."""
-        hits = self._block.hits(block)
-        if not hits:
-            return _NO_HITS
-        n, ready, header = len(self.rules), self._block.size - 2, self._block.size - 1
-        markers = [i - n for i in hits if n <= i < ready]
-        return BlockHits(rule=any(i < n for i in hits),
-                         stage=last_stage(block, markers) if markers else None,
-                         ready=ready in hits, traceback=header in hits)
+        """What the scan while starting finds in `block` (lines left unread, a superset):
+        might a line match a rule, the stage of the last marker, the ready line, a header."""
+        return self._summary(self._lines, block, starting=True)
 
     def scan_running(self, block: bytes) -> BlockHits:
-        """`scan` for a server past its start: might a line match a running-phase rule, and
-        does the block hold a traceback's header (no stages, no ready line then)."""
-        hits = self._block_running.hits(block)
-        if not hits:
-            return _NO_HITS
-        header = self._block_running.size - 1
-        return BlockHits(rule=any(i < header for i in hits), stage=None, ready=False,
-                         traceback=header in hits)
+        """`scan` past the start: running-phase rules and a traceback's header only."""
+        return self._summary(self._lines_running, block, starting=False)
+
+    def _summary(self, scan: BlockScan, block: bytes, *, starting: bool) -> BlockHits:
+        ids = {i for i, _ in scan.line_ends(block)}
+        rules = len(self.rules) if starting else len(self._running_ids)
+        header = scan.size - len(_ALWAYS)
+        first, stop = self._markers
+        markers = [i - first for i in ids if starting and first <= i < stop]
+        return BlockHits(rule=any(i < rules for i in ids),
+                         stage=last_stage(block, markers) if markers else None,
+                         ready=starting and stop in ids, traceback=header in ids)
 
     def candidates(self, line: str, ends_traceback: bool | None = None) -> tuple[Rule, ...]:
         """The rules whose pattern matches `line` (fatal ones: its error text), in pack order.

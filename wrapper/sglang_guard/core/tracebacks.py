@@ -33,10 +33,12 @@ or a plain continuation line can do.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from functools import lru_cache
 
+from sglang_guard.core.blockscan import FirstLine
 from sglang_guard.core.logline import (
-    EXCEPTION_PATTERN,
-    REQUEST_PATTERN,
+    clean,
     is_exception_line,
     is_record,
     is_request,
@@ -44,21 +46,10 @@ from sglang_guard.core.logline import (
 )
 
 HEADER = "Traceback (most recent call last):"
-_HEADER_B = HEADER.encode()
 UNKNOWN, OTHER, REQUEST, TRACEBACK, MESSAGE = "unknown", "other", "request", "traceback", "message"
-# The byte forms `skip` searches with: a blank line, a record's start (as logline.is_record
-# reads it: srt/utils/common.py:2630), a request record, an exception line.
-_BLANK = rb"[ \t\r\f\v]*"
-_RECORD_START = rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d"
-_RECORD_AT = re.compile(_RECORD_START)
-_REQUEST_AT = re.compile(_RECORD_START + rb"(?:\.\d{1,9})?(?: [^\]\n]{0,200})?\] "
-                         + REQUEST_PATTERN.encode())
-_BLANK_B = re.compile(rb"(?m)^" + _BLANK + rb"\n")
-# The lines `step` leaves the frames at (a blank line, an exception line, a request record)
-# and a message at (a blank line, a record), for `skip` to jump to.
-_ENDS_FRAMES_B = re.compile(rb"(?m)^(?:" + _BLANK + rb"$|" + EXCEPTION_PATTERN.encode()
-                            + rb"|" + _REQUEST_AT.pattern + rb")")
-_ENDS_MESSAGE_B = re.compile(rb"(?m)^(?:" + _BLANK + rb"$|" + _RECORD_START + rb")")
+# A record's start in bytes (as logline.is_record reads it: srt/utils/common.py:2630), where
+# `advance` looks for the last record of a span (then read as `is_record` reads it).
+_RECORD_AT = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 
 
 def step(state: str, line: str) -> tuple[str, bool]:
@@ -99,71 +90,134 @@ def ends_frames(before: str, after: str) -> bool:
     return before == TRACEBACK and after == MESSAGE
 
 
-def _last_record(block: bytes, start: int, end: int) -> int:
-    """Where the last record line of `block[start:end]` starts (-1: none)."""
-    at = end
+# --- moving the state over lines nobody reads, exactly -----------------------------------
+# `advance` finds the lines that can move the state with a byte regex that is a superset
+# (a candidate), then confirms each with `step` on the line as the reader cleans it: what
+# `step` would do line by line, at C speed between the few candidates. A blank line is one
+# whose cleaned head `str.strip()` empties: ASCII whitespace, \x1c-\x1f and the Unicode
+# spaces (their UTF-8 bytes are in the class below); a line longer than the cap is blank when
+# its first `cap` bytes are.
+_SPACEISH = rb"[\t\x0b\x0c\r\x1c-\x20\x80-\xbf\xc2\xe1-\xe3]"
+# A request record, as `is_request` reads one: the record's first "] ", then the pattern.
+_MAYBE_REQUEST = rb"\[\d{4}-[^\]\n]*\] (?:Receive|Finish: |\{\"event)"
+# An exception line (logline.EXCEPTION_PATTERN) in bytes: every bound dropped, and a word
+# character may be any non-ASCII byte (a Unicode letter there); the line's CRs are stripped
+# by `clean`. (Exact for a cap of 4 KiB or more: the pattern matches at most ~720
+# characters, so a cut head cannot end inside its class name.)
+_MAYBE_EXCEPTION = (rb"(?:- )?(?:[A-Za-z_][\w\x80-\xff]*\.)*[A-Z][A-Z0-9_]*[a-z][\w\x80-\xff]*"
+                    rb"(?::|\r*$)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidates:
+    """Per cap, the lines that may end a traceback's frames, end a message, or be blank:
+    each as a pattern to match at a line's start (`at`) and one to search for after a
+    newline (`after`: its literal first byte lets the regex engine skip ahead fast)."""
+
+    frames: tuple[re.Pattern[bytes], re.Pattern[bytes]]
+    message: tuple[re.Pattern[bytes], re.Pattern[bytes]]
+    blank: tuple[re.Pattern[bytes], re.Pattern[bytes]]
+
+
+# The frames' candidates on Hyperscan (core/blockscan.FirstLine), for a cap of 4 KiB or more:
+# a line of 4,096 blank bytes stands for "as many blank bytes as the cap".
+_FAST_CAP = 4096
+_FRAMES_FAST = FirstLine([rb"^(?:" + body + rb")" for body in (
+    _MAYBE_EXCEPTION, _MAYBE_REQUEST, _SPACEISH + rb"*$",
+    _SPACEISH + rb"{" + str(_FAST_CAP).encode() + rb"}")])
+
+
+def prepare(cap: int) -> None:
+    """Compile (or load) the frames' Hyperscan set and the candidates' regexes now, not in
+    a reader thread at the first traceback (core/rules.Matcher.prepare_scan calls it)."""
+    _candidates(cap)
+    if _FRAMES_FAST.compile():
+        _FRAMES_FAST.start(b"x\n", 0, 2)  # its pages touched: the first real scan is warm
+
+
+@lru_cache(maxsize=4)
+def _candidates(cap: int) -> _Candidates:
+    blank = rb"(?:" + _SPACEISH + rb"*$|" + _SPACEISH + rb"{" + str(cap).encode() + rb",})"
+
+    def both(body: bytes) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
+        return re.compile(rb"(?m)(?:" + body + rb")"), re.compile(rb"(?m)\n(?:" + body + rb")")
+
+    return _Candidates(frames=both(_MAYBE_EXCEPTION + rb"|" + _MAYBE_REQUEST + rb"|" + blank),
+                       message=both(rb"\[\d{4}-|" + blank), blank=both(blank))
+
+
+def _next_line(patterns: tuple[re.Pattern[bytes], re.Pattern[bytes]], block: bytes,
+               start: int, end: int) -> int:
+    """Where the first line of `block[start:end]` (whole lines) that `patterns` take starts
+    (-1: none)."""
+    at, after = patterns
+    if at.match(block, start, end - 1):
+        return start
+    found = after.search(block, start, end - 1)
+    return -1 if found is None else found.start() + 1
+
+
+def _line_at(block: bytes, start: int, end: int, cap: int) -> tuple[int, str]:
+    """The end (its newline) and the cleaned head of the line at `start`."""
+    stop = block.find(b"\n", start, end)
+    return stop, clean(block[start:min(stop, start + cap)], cap)
+
+
+def advance(state: str, block: bytes, span: tuple[int, int], cap: int,
+            exceptions: list[tuple[int, int, str]]) -> str:
+    """The state after the complete lines `block[start:end]` (`span`; `end` just past a
+    newline),
+    as `step` would leave it reading each line cleaned to `cap` bytes.
+
+    None of these lines is a traceback's header (the reader's scan reports every line that
+    holds one, and every line with an ESC or NUL byte, and reads those itself). The
+    exception lines that end a traceback's frames are added to `exceptions` as (start, end,
+    text): the machine sees each even when no rule matches it.
+    """
+    start, end = span
+    candidates = _candidates(cap)
+    while start < end:
+        if state not in (TRACEBACK, MESSAGE):
+            return _after_last_record(state, block, (start, end), cap, exceptions)
+        line = _FRAMES_FAST.start(block, start, end) if (
+            state == TRACEBACK and cap >= _FAST_CAP) else None
+        if line is None:
+            line = _next_line(candidates.frames if state == TRACEBACK else candidates.message,
+                              block, start, end)
+        if line < 0:
+            return state
+        stop, text = _line_at(block, line, end, cap)
+        before = state
+        state, _ = step(state, text)
+        if ends_frames(before, state):
+            exceptions.append((line, stop, text))
+        start = stop + 1
+    return state
+
+
+def _after_last_record(state: str, block: bytes, span: tuple[int, int], cap: int,
+                       exceptions: list[tuple[int, int, str]]) -> str:
+    """`advance` outside a traceback and a message: the last record decides (a request's
+    with an open quote, or not); without one, a blank line ends an unknown start."""
+    start, end = span
+    at = end - 1
     while at > start:
         nl = block.rfind(b"\n[", start, at)
         line = nl + 1 if nl >= 0 else start
         if _RECORD_AT.match(block, line):
-            return line
+            stop, text = _line_at(block, line, end, cap)
+            if is_record(text):
+                after, _ = step(state, text)
+                return advance(after, block, (stop + 1, end), cap, exceptions)
         if nl < 0:
-            return -1
+            break
         at = nl
-    return -1
-
-
-def _after_records(state: str, block: bytes, start: int, end: int) -> str:
-    """The state after `block[start:end]`, which holds no header nor a frame or message line
-    that matters: its last record decides (a request's or not); without one, a blank line
-    ends an unknown start."""
-    last = _last_record(block, start, end)
-    if last >= 0:
-        if not _REQUEST_AT.match(block, last):
+    while state == UNKNOWN and start < end:
+        line = _next_line(_candidates(cap).blank, block, start, end)
+        if line < 0:
+            break
+        stop, text = _line_at(block, line, end, cap)
+        if not text.strip():
             return OTHER
-        stop = block.find(b"\n", last, end)
-        line = block[last:stop if stop >= 0 else end].decode("utf-8", "replace")
-        return OTHER if quotes_closed(line) else REQUEST
-    if state == UNKNOWN and _BLANK_B.search(block, start, end):
-        return OTHER
-    return state
-
-
-def skip(state: str, block: bytes, head: bytes = b"", *, header: bool = True) -> str:
-    """The state after `block`'s complete lines, which nobody reads (`head`: the start of the
-    line the block continues, if any; an unfinished last line is left for the next block).
-
-    `header=False`: the caller knows the block holds no header (the reader's prefilter,
-    core/rules.Matcher.scan, finds them): outside a traceback this is then the search for
-    the block's last record (from its end, usually one line). Inside one, the lines that can
-    move the state (a blank line, an exception line, a record) are found by one regex search
-    each, from the last header on: as `step` would read the lines one by one, at C speed.
-    """
-    start = 0
-    if head:  # the line the block finishes is read whole, as `step` reads lines
-        first = block.find(b"\n")
-        if first < 0:
-            return state
-        state, _ = step(state, (head + block[:first]).decode("utf-8", "replace"))
-        start = first + 1
-    end = block.rfind(b"\n") + 1  # complete lines only
-    if end <= start:
-        return state
-    at = block.rfind(_HEADER_B, start, end) if header else -1
-    if at >= 0:
-        line = block.rfind(b"\n", start, at) + 1
-        line = max(line, start)
-        after = block.find(b"\n", at) + 1
-        # The state just before the header's line: a request's continuation makes it inert.
-        before = _after_records(state, block, start, line) if line > start else state
-        state, _ = step(before, block[line:after - 1].decode("utf-8", "replace"))
-        start = after
-    while state in (TRACEBACK, MESSAGE):
-        found = (_ENDS_FRAMES_B if state == TRACEBACK else _ENDS_MESSAGE_B).search(block, start,
-                                                                                 end)
-        stop = -1 if found is None else block.find(b"\n", found.start(), end)
-        if found is None or stop < 0:  # not before a full line
-            return state
-        state, _ = step(state, block[found.start():stop].decode("utf-8", "replace"))
         start = stop + 1
-    return _after_records(state, block, start, end)
+    return state

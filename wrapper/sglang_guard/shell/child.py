@@ -1,8 +1,12 @@
 """The SGLang child: spawned in its own session, its output pumped, its exit reported.
 
 Threads per launch (all daemons, all only *put* events):
-- one reader per pipe: reads bytes, hands each chunk to its writer, cuts lines for matching;
+- one reader per pipe: reads bytes (READ_CHUNK at a time), hands each chunk to its writer and
+  to its scanner;
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink;
+- one scanner per pipe: the chunks' lines (core/linereader.py: with a scan, only the lines
+  a hit ends in are read), at most SCAN_BEHIND chunks behind the reader, which waits for it
+  past that (the child then waits in `write`);
 - one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
   single `ChildExited` -- every `ChildLine` of a launch is on the queue before it.
 
@@ -15,6 +19,9 @@ A line longer than the cap is passed through whole but only its head is kept for
 The reader never waits on the event consumer (the queue must be unbounded) nor on a slow
 sink, except past BYTE_BUDGET bytes not yet written: then it stops reading, the pipe fills
 and the child blocks in `write`. That bounds the guard's memory on a sink that never drains.
+
+The scanner's work per chunk is the scan and the lines it hits; a chunk with no hit costs no
+per-line work, and a fatal line costs the lines it is in, not its chunk.
 
 If a descendant keeps the pipes open after the main process died, EOF -- and so
 `ChildExited` -- waits for it; `stop()` kills the whole tree and so closes them.
@@ -36,18 +43,18 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
-from sglang_guard.core import tracebacks
 from sglang_guard.core.events import ChildExited, ChildLine, Event, Stream
-from sglang_guard.core.logline import LINE_CAP, clean
+from sglang_guard.core.linereader import Find, Line, LineReader
+from sglang_guard.core.logline import LINE_CAP
 from sglang_guard.errors import InputError
 from sglang_guard.shell.proctree import StopReport, stop_tree
 
-# What a prefilter says of a block: no line of it matters (SKIP), it holds a traceback's
-# header (HEADER: its lines are read one by one, as they are while the stream is inside a
-# traceback's frames, so that its exception line reaches the machine), or its lines must be
-# read one by one (LINES).
-SKIP, HEADER, LINES = 0, 1, 2
-READ_CHUNK = 1024 * 1024  # bytes per read: the pipes are widened to this where Linux lets us
+# Bytes per read. Smaller reads than the pipe keep each chunk's buffer warm in the cache and
+# the scanner close behind; the pipe is widened (where Linux lets us) so that the child
+# rarely waits for the guard.
+READ_CHUNK = 256 * 1024
+PIPE_SIZE = 1024 * 1024
+SCAN_BEHIND = 4  # chunks the scanner may be behind the reader
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
@@ -88,36 +95,36 @@ class _Pump:
         emit: Callable[[Stream, str, int, bool, bool], None],
         cap: int,
         budget: int,
-        prefilter: Callable[[bytes], int] | None = None,
+        find: Find | None = None,
+        keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
-        self._prefilter = prefilter
         self._on_chunk = on_chunk
-        self._cap, self._budget = cap, budget
-        self._head = bytearray()  # the first `cap` bytes of the current line
-        # Where the stream is in a Python traceback (core/tracebacks.py). Before SGLang's
-        # first record nothing a client sent can be in it: "unknown" reads as before.
-        self._traceback = tracebacks.UNKNOWN
-        self._length = 0  # the current line's full length so far
+        self._budget = budget
+        # Where the stream is in a Python traceback starts "unknown" (core/tracebacks.py):
+        # before SGLang's first record nothing a client sent can be in it.
+        self.lines = LineReader(cap, find, keep)
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._scans: queue.Queue[bytes | None] = queue.Queue(SCAN_BEHIND)
         self._pending = 0  # bytes read but not yet written
         self._cond = threading.Condition()
         self.sink_error: OSError | ValueError | None = None
         self.reader = threading.Thread(target=self._read, name=f"child-{gen}-{stream}-reader")
         self.writer = threading.Thread(target=self._write, name=f"child-{gen}-{stream}-writer")
-        self.reader.daemon = self.writer.daemon = True
+        self.scanner = threading.Thread(target=self._scan, name=f"child-{gen}-{stream}-scanner")
+        self.reader.daemon = self.writer.daemon = self.scanner.daemon = True
 
     def start(self) -> None:
-        """Start both threads."""
+        """Start the threads."""
         self.writer.start()
+        self.scanner.start()
         self.reader.start()
 
     def _read(self) -> None:
         fd = self._pipe.fileno()
-        # A wider pipe means fewer, larger reads: per-chunk Python work is what costs here.
         with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, READ_CHUNK)
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
         try:
             while chunk := os.read(fd, READ_CHUNK):
                 with self._cond:
@@ -126,60 +133,20 @@ class _Pump:
                 self._chunks.put(chunk)
                 if self._on_chunk is not None:
                     self._on_chunk(self._stream, chunk)
-                self._cut(chunk)
-            if self._head or self._length:  # a last line without a newline still counts
-                self._line()
+                self._scans.put(chunk)
         finally:
             self._chunks.put(None)
+            self._scans.put(None)
             self._pipe.close()
 
-    def _cut(self, chunk: bytes) -> None:
-        last = chunk.rfind(b"\n")
-        if self._prefilter is not None and last >= 0:
-            # Fast path: one check over every line this chunk completes. When none of them
-            # can interest the consumer, no per-line work (nor event) is done at all.
-            # The whole chunk is checked as is (no copy; its unfinished tail is checked again
-            # with the next chunk, a harmless superset), plus the line it finishes.
-            first = chunk.find(b"\n")
-            seen = self._prefilter(chunk)
-            if seen < LINES and self._head:
-                seen = max(seen, self._prefilter(bytes(self._head) + chunk[: first + 1]))
-            if seen == HEADER or self._traceback == tracebacks.TRACEBACK:
-                # A traceback's lines are read one by one until its exception line, which
-                # the machine sees even when no rule matches it (the same crash twice is
-                # not retried: core/machine.py). Tracebacks are rare; this costs little.
-                seen = LINES
-            if seen < LINES:
-                # A traceback's header alone: only where the stream now is in it matters.
-                self._traceback = tracebacks.skip(self._traceback, chunk, bytes(self._head),
-                                                  header=seen == HEADER)
-                self._head.clear()
-                self._length = 0
-                self._cut_from(chunk, last + 1)
-                return
-        self._cut_from(chunk, 0)
+    def _scan(self) -> None:
+        while (chunk := self._scans.get()) is not None:
+            self._put(self.lines.feed(chunk))
+        self._put(self.lines.close())  # a last line without a newline still counts
 
-    def _cut_from(self, chunk: bytes, start: int) -> None:
-        while True:
-            newline = chunk.find(b"\n", start)
-            end = len(chunk) if newline < 0 else newline
-            room = self._cap - len(self._head)
-            if room > 0:  # keep the head only: a 100 MB line costs `cap` bytes here
-                self._head += chunk[start : min(end, start + room)]
-            self._length += end - start
-            if newline < 0:
-                return
-            self._line()
-            start = newline + 1
-
-    def _line(self) -> None:
-        text = clean(bytes(self._head), self._cap)
-        before = self._traceback
-        self._traceback, ends = tracebacks.step(before, text)
-        self._emit(self._stream, text, self._length, ends,
-                   tracebacks.ends_frames(before, self._traceback))
-        self._head.clear()
-        self._length = 0
+    def _put(self, lines: list[Line]) -> None:
+        for line in lines:
+            self._emit(self._stream, line.text, line.length, line.ends, line.exception)
 
     def _write(self) -> None:
         while (chunk := self._chunks.get()) is not None:
@@ -206,7 +173,8 @@ class Child:
         sinks: tuple[BinaryIO, BinaryIO],
         cap: int,
         budget: int,
-        prefilter: Callable[[bytes], int] | None = None,
+        find: Find | None = None,
+        keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
@@ -215,7 +183,7 @@ class Child:
         self.pgid = proc.pid  # start_new_session: the child leads its own session and group
         self._events = events
         make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget,
-                                 prefilter=prefilter, on_chunk=on_chunk)
+                                 find=find, keep=keep, on_chunk=on_chunk)
         self._pumps = (
             make(pipe=proc.stdout, stream="stdout", sink=sinks[0]),
             make(pipe=proc.stderr, stream="stderr", sink=sinks[1]),
@@ -240,10 +208,14 @@ class Child:
         cwd: str | os.PathLike[str] | None = None,
         line_cap: int = LINE_CAP,
         byte_budget: int = BYTE_BUDGET,
-        prefilter: Callable[[bytes], int] | None = None,
+        find: Find | None = None,
+        keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
+
+        `find` and `keep` are the line reader's (core/linereader.py): the scan and which read
+        lines become events (None: every line).
 
         Call it from the guard's long-lived loop thread: the parent-death signal fires when
         the *thread* that forked exits, not the process, so a short-lived spawning thread
@@ -272,7 +244,8 @@ class Child:
             sinks=(stdout_sink, stderr_sink),
             cap=line_cap,
             budget=byte_budget,
-            prefilter=prefilter,
+            find=find,
+            keep=keep,
             on_chunk=on_chunk,
         )
 
@@ -288,6 +261,7 @@ class Child:
         deadline = time.monotonic() + PIPE_GRACE_S
         for pump in self._pumps:
             pump.reader.join(max(0.0, deadline - time.monotonic()))
+            pump.scanner.join(max(0.0, deadline - time.monotonic()))
         self._events.put(ChildExited(self.gen, self.pid, returncode))
 
     def poll(self) -> int | None:

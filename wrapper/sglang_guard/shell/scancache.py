@@ -14,8 +14,9 @@ Writes go through a temporary file and a rename (0600). Only the newest `KEEP` d
 kept. Every failure only costs a compile.
 
 A miss is built by a short-lived `python -m sglang_guard.shell.scancache DIR` (the patterns
-as JSON on stdin), not in the guard: compiling leaves ~5 MiB in a process for good, and the
-guard is the process that lives for months (`build_elsewhere`).
+and whether the set is per-line, as JSON on stdin), not in the guard: compiling leaves
+~5 MiB in a process for good, and the guard is the process that lives for months
+(`build_elsewhere`).
 """
 
 from __future__ import annotations
@@ -137,9 +138,9 @@ def default_store() -> FileStore:
 BUILD_TIMEOUT_S = 300.0
 
 
-def build_elsewhere(store: FileStore) -> Callable[[tuple[str, ...]], None]:
+def build_elsewhere(store: FileStore) -> Callable[[tuple[str, ...], bool], None]:
     """A `core.blockscan` builder: compile `patterns` into `store` in a child process."""
-    def build(patterns: tuple[str, ...]) -> None:
+    def build(patterns: tuple[str, ...], lines: bool) -> None:
         import subprocess  # noqa: PLC0415 - only on a miss
         import sys  # noqa: PLC0415
 
@@ -147,7 +148,8 @@ def build_elsewhere(store: FileStore) -> Callable[[tuple[str, ...]], None]:
             return
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([sys.executable, "-m", "sglang_guard.shell.scancache",
-                            str(store.directory)], input=json.dumps(list(patterns)).encode(),
+                            str(store.directory)],
+                           input=json.dumps({"patterns": list(patterns), "lines": lines}).encode(),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                            timeout=BUILD_TIMEOUT_S, check=False)
 
@@ -160,11 +162,14 @@ def _main(argv: list[str]) -> int:
 
     from sglang_guard.core import blockscan  # noqa: PLC0415
 
-    patterns = json.loads(sys.stdin.buffer.read())
-    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+    asked = json.loads(sys.stdin.buffer.read())
+    patterns = asked.get("patterns") if isinstance(asked, dict) else None
+    lines = asked.get("lines", False) if isinstance(asked, dict) else None
+    if (not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns)
+            or not isinstance(lines, bool)):
         return 2
     blockscan.use_store(FileStore(Path(argv[0])))  # no builder here: this is the builder
-    blockscan.BlockScan(patterns).compile()
+    blockscan.BlockScan(patterns, lines=lines).compile()
     return 0
 
 

@@ -51,12 +51,14 @@ from sglang_guard.core.events import (
     Stream,
     Tick,
 )
-from sglang_guard.core.logline import clean, clean_block
+from sglang_guard.core.linereader import Find, Line
+from sglang_guard.core.logline import clean
 from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.core.redact import redact_text
+from sglang_guard.core.stages import READY_LINE
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
-from sglang_guard.shell import health, orphans, ports, stderrgate, stopsignals
-from sglang_guard.shell.child import HEADER, LINES, SKIP, Child
+from sglang_guard.shell import health, orphans, ports, proctree, stderrgate, stopsignals
+from sglang_guard.shell.child import Child
 from sglang_guard.shell.files import write_private
 from sglang_guard.shell.jobs import Jobs
 from sglang_guard.shell.journal import Journal as JournalFile
@@ -121,6 +123,10 @@ class Supervisor:
         self._next_ping = 0.0
         self._begun = False  # the first launch was asked for (the orphans are gone)
         self._early: list[Event] = []  # what came before it, for after it
+        # The newest chunk tail (and whether any chunk redrew a bar) per (gen, stream) whose
+        # ChildOutput is on the queue (`_chunk_watcher`).
+        self._outputs: dict[tuple[int, Stream], tuple[bytes, bool]] = {}
+        self._outputs_lock = threading.Lock()
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -153,6 +159,8 @@ class Supervisor:
                 if not self._begun and not isinstance(event, SignalReceived | Tick):
                     self._early.append(event)  # a file change, a group order: after the start
                     continue
+                if isinstance(event, ChildOutput):
+                    event = self._output(event)
                 if self.rt.group is not None:
                     self.rt.group.saw_event(event, self.state)
                 self.state, actions = machine.step(
@@ -272,41 +280,63 @@ class Supervisor:
 
     # -- actions ---------------------------------------------------------------------------
 
-    def _prefilter(self, gen: int) -> Callable[[bytes], int]:
-        """Reader threads ask this per chunk: can any of these lines matter to the machine?
-        (SKIP, HEADER or LINES.)
+    def _scan(self, gen: int) -> Find:
+        """Reader threads ask this per chunk: which of its lines might matter to the machine
+        (core/rules.Matcher.line_scan, the current phase's patterns: a superset)?
 
-        The same block scan finds the start-up stage markers; a stage is put on the queue
+        The same scan finds the start-up stage markers; a stage is put on the queue
         directly, so a marker line costs no per-line work.
         """
 
-        def interesting(block: bytes) -> int:
-            text = clean_block(block)
-            starting = self.state.phase == "starting"  # a stale read is harmless: see below
+        def find(block: bytes) -> list[int]:
             # Past the start only running-phase rules act (core/machine.py reads lines only
             # while starting or ready); a chunk read just before the switch gets the full
-            # scan, a superset.
-            matcher = self.rt.env.matcher
-            found = matcher.scan(text) if starting else matcher.scan_running(text)
-            if found.stage is not None and starting:
-                self.events.put(ChildStage(gen, found.stage))
-            if found.rule or found.ready:
-                return LINES
-            # A traceback's header alone: the reader notes where the stream is, reads no line.
-            return HEADER if found.traceback else SKIP
+            # scan, a superset. A stale read is harmless either way.
+            starting = self.state.phase == "starting"
+            ends, stage = self.rt.env.matcher.line_scan(block, starting)
+            if stage is not None:
+                self.events.put(ChildStage(gen, stage))
+            return ends
 
-        return interesting
+        return find
+
+    def _keep(self, line: Line) -> bool:
+        """Of the lines a scan hit, those the machine acts on: one a rule reads (the exact
+        per-line matcher), SGLang's ready line (the reader adds every exception line that
+        ends a traceback). A line that only quotes a fatal message stops here, no event."""
+        if READY_LINE in line.text:
+            return True
+        return bool(self.rt.env.matcher.candidates(line.text, line.ends))
 
     def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
-        """Reader threads call this per chunk: while starting, progress evidence for the machine."""
+        """Reader threads call this per chunk: while starting, progress evidence for the machine.
+
+        Coalesced: one `ChildOutput` per stream waits on the queue at a time, and the loop
+        takes the newest tail when it gets there (`_output`). A flood then puts a handful of
+        events, not one per chunk, and a fatal line never queues behind a backlog of them.
+        """
 
         def on_chunk(stream: Stream, chunk: bytes) -> None:
             state = self.state  # a stale read is harmless: the machine checks gen and phase
             if state.phase != "starting" or state.gen != gen:
                 return
-            self.events.put(ChildOutput(gen, stream, _tail(chunk), b"\r" in chunk))
+            tail, bar = chunk[-TAIL_BYTES:], b"\r" in chunk
+            with self._outputs_lock:
+                waiting = self._outputs.get((gen, stream))
+                self._outputs[(gen, stream)] = (tail, bar or (waiting is not None
+                                                              and waiting[1]))
+            if waiting is None:
+                self.events.put(ChildOutput(gen, stream, "", bar))
 
         return on_chunk
+
+    def _output(self, event: ChildOutput) -> ChildOutput:
+        """The newest output of that stream since the event was put (see `_chunk_watcher`)."""
+        with self._outputs_lock:
+            newest = self._outputs.pop((event.gen, event.stream), None)
+        if newest is None:
+            return event
+        return ChildOutput(event.gen, event.stream, _tail(newest[0]), newest[1])
 
     def _spawn(self, action: Spawn) -> None:
         """Launch when SGLang's port is free: a job stops what is left of the last tree and
@@ -340,7 +370,7 @@ class Supervisor:
                orphans.RUN_TOKEN_ENV: self._token}
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
-                                 env=env, prefilter=self._prefilter(action.gen),
+                                 env=env, find=self._scan(action.gen), keep=self._keep,
                                  on_chunk=self._chunk_watcher(action.gen))
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
@@ -484,6 +514,9 @@ class Supervisor:
         try:
             root = psutil.Process(child.pid)
             procs = [root, *root.children(recursive=True)]
+            # psutil keeps the process objects this walks: the stop's own walk of the machine
+            # (before its SIGTERM, shell/proctree.stop_tree) then takes ~1 ms, not ~20.
+            proctree.group_members(child.pgid)
         except psutil.Error:
             return
         with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
