@@ -9,6 +9,7 @@ from typing import Any
 from sglang_guard.core import tracebacks
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.logline import LINE_CAP, clean, error_text
+from sglang_guard.core.redact import MASK, is_secret_flag
 from sglang_guard.core.replay import env_for, replay
 from sglang_guard.core.rules import Fix, Matcher, Rule, precedence
 from sglang_guard.errors import EXIT_ENVIRONMENT
@@ -138,11 +139,13 @@ def render_fix(fix: Fix | None) -> str:
     if fix.action in ("parser_exit", "environment"):
         code = 2 if fix.action == "parser_exit" else 69
         return f"fix: none, the guard exits {code} ({fix.rule.id}): {fix.rule.reason}"
+    secret = fix.flag is not None and is_secret_flag(fix.flag)  # its values are shown masked
     if fix.action == "drop_flag":
-        return f"fix: drop {fix.flag} {fix.old_value or ''} ({fix.rule.id})".replace("  ", " ")
+        old = MASK if secret and fix.old_value else fix.old_value or ""
+        return f"fix: drop {fix.flag} {old} ({fix.rule.id})".replace("  ", " ")
     if fix.free_port:
         return f"fix: set {fix.flag} to a free port, picked at the next launch ({fix.rule.id})"
-    value = "" if fix.new_value is None else f" {fix.new_value}"
+    value = "" if fix.new_value is None else f" {MASK if secret else fix.new_value}"
     return f"fix: set {fix.flag}{value} ({fix.rule.id})"
 
 
