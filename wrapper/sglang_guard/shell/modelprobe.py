@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import re
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -143,7 +142,9 @@ def _resolve_in_subprocess(path: str, revision: str | None, trust: bool, *,
     request = json.dumps({"path": path, "revision": revision, "trust_remote_code": trust,
                           "override_args": override_args, "is_draft": is_draft,
                           "sglang_release": sglang_release})
-    from sglang_guard.shell.jobs import tracked  # noqa: PLC0415 - a cached check needs none
+    import subprocess  # noqa: PLC0415 - a cached check starts no probe
+
+    from sglang_guard.shell.jobs import tracked  # noqa: PLC0415
 
     # Run as a tracked process: a loop that ends while a reload probes (shell/jobs.py) stops it.
     with subprocess.Popen(list(_PROBE_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
