@@ -38,6 +38,9 @@ m.count(Counts(launch="first", remediation=("log", "r3", "--page-size", "drop_fl
                time_to_ready=42.5))
 m.count(Counts(restart="crash", give_up="repeat"))
 m.build("0.5.23")
+light = sys.modules["prometheus_client.metrics"]  # the kinds the guard may add one day
+light.Info("extra", "an info", registry=m.registry).info({"k": "v\\"})
+light.Enum("state", "an enum", states=["a", "b"], registry=m.registry).state("b")
 server = StatusServer(board, "127.0.0.1", 0)
 answers = {}
 for method, path in (("GET", "/metrics"), ("GET", "/status"), ("HEAD", "/readyz"),
@@ -81,6 +84,8 @@ def test_status_on_path_serves_without_heavy_modules_and_writes_the_same_text() 
            'rule="odd \\"rule\\" \\\\ with\\nnewline",trigger="log"} 0.0' in text
     assert "sglang_guard_time_to_ready_seconds_bucket" in text and "process_open_fds" in text
     assert out["same"] is True, out["ours"]
+    ours = str(out["ours"])
+    assert 'extra_info{k="v\\\\"} 1.0' in ours and 'state{state="b"} 1.0' in ours
     code, text = answers["GET /status"]
     assert code == "200" and "phase" in json.loads(text)
     assert answers["HEAD /readyz"] == ["503", ""]  # not ready: HEAD answers like GET, no body

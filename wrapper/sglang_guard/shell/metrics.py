@@ -66,7 +66,8 @@ def text_format(registry: Any) -> bytes:
     """The Prometheus text format (0.0.4) of `registry`, as `generate_latest` writes it.
 
     The metric and label names are the guard's own (the legacy charset: no quoting); label
-    values and help texts are escaped as the format says.
+    values and help texts are escaped as the format says. Counters, gauges, histograms, info
+    and enum (stateset) metrics; no gauge histograms, no `_created` series (turned off).
     """
     to_go = _prometheus()["utils"].floatToGoString
     out: list[str] = []
@@ -74,8 +75,10 @@ def text_format(registry: Any) -> bytes:
         name, kind = metric.name, metric.type
         if kind == "counter":
             name += "_total"
-        elif kind == "unknown":
-            kind = "untyped"
+        elif kind == "info":
+            name, kind = f"{name}_info", "gauge"
+        else:  # OpenMetrics' types as the Prometheus text format names them
+            kind = {"stateset": "gauge", "unknown": "untyped"}.get(kind, kind)
         doc = metric.documentation.replace("\\", r"\\").replace("\n", r"\n")
         out.append(f"# HELP {name} {doc}\n# TYPE {name} {kind}\n")
         for sample in metric.samples:
