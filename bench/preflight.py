@@ -1,11 +1,15 @@
 """Whole-process timings of `sglang-guard check`, against its peers in the same run.
 
-    python bench/preflight.py [--runs 7] [--sglang-python PATH]
+    python bench/preflight.py [--runs 5] [--sglang-python PATH]
 
 Prints medians (and min/max) of: reading config.json in a fresh interpreter (the floor),
 `import transformers` alone, `AutoConfig.from_pretrained` as a whole process, `check` with no
-cached facts, `check` with the model's facts cached, and (with --sglang-python) real SGLang
-failing on the same bad command line. Targets (issue "Preflight"): cold < 2.5 s, cached < 0.3 s.
+cached facts (nor the backend table's decoded copy: the whole cache is emptied), `check` with
+them cached, and (with --sglang-python) real SGLang failing on the same bad command line.
+Bytecode is written and warm first (an installed guard has its .pyc files, whatever
+PYTHONDONTWRITEBYTECODE says here). Targets (issue 24): cold <= 0.5 s, cached <= 0.1 s,
+median of 5, whole process. The load average is printed with the figures: on a shared
+machine the ratios to the peers measured in the same run are what counts.
 """
 
 from __future__ import annotations
@@ -50,12 +54,12 @@ def row(name: str, samples: list[float], target: str = "") -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sglang-python", default=os.environ.get("SGLANG_GUARD_SGLANG_PYTHON"))
     args = ap.parse_args()
     cache = tempfile.mkdtemp(prefix="bench-facts-")
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "SGLANG_GUARD_CACHE": cache,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_VERBOSITY": "error",
@@ -64,8 +68,10 @@ def main() -> None:
     guard = [py, "-m", "sglang_guard", "check", "--gpu-sm", "auto", "--", *BAD]
     clear = lambda: shutil.rmtree(cache, ignore_errors=True)  # noqa: E731
     n = args.runs
+    timed(guard, env)  # bytecode written, files in the page cache
     print(
         f"# {os.cpu_count()} cores, python {sys.version.split()[0]}, {n} runs each, model {MODEL.name}"
+        f"; load average {load()}"
     )
     floor = [
         timed([py, "-c", f"import json; json.load(open({str(MODEL / 'config.json')!r}))"], env)
@@ -89,16 +95,16 @@ def main() -> None:
     ]
     row("AutoConfig.from_pretrained (python -c)", auto)
     cold = [timed(guard, env, clear) for _ in range(n)]
-    row("sglang-guard check, no cached facts", cold, "target < 2.5 s")
+    row("sglang-guard check, no cached facts", cold, "target <= 0.5 s")
     warm = [timed(guard, env) for _ in range(n)]
-    row("sglang-guard check, facts cached", warm, "target < 0.3 s")
+    row("sglang-guard check, facts cached", warm, "target <= 0.1 s")
     # Issue "Every SGLang release": the same check decided for other releases (their option,
     # backend and arch tables replayed from configs/sglang/releases.json).
     for version in ("0.5.23", "0.5.18", "0.5.1"):
         pinned = [py, "-m", "sglang_guard", "check", "--gpu-sm", "auto",
                   "--sglang-version", version, "--", *BAD]
         row(f"check --sglang-version {version}, cold", [timed(pinned, env, clear) for _ in range(n)],
-            "target <= 0.8 s")
+            "target <= 0.5 s")
         row(f"check --sglang-version {version}, cached", [timed(pinned, env) for _ in range(n)],
             "target <= 0.1 s")
     print(
@@ -135,7 +141,12 @@ def main() -> None:
         )
     else:
         print("(pass --sglang-python to time real SGLang failing on the same command line)")
+    print(f"# load average at the end {load()}")
     clear()
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -168,7 +168,7 @@ def measure(tmp: Path, peers: sups.Peers, runs: int, *, crash_loop: bool = True
                          "<= 1.5x supervisord" if peer == "supervisord" else "",
                          guard=rss[guard], peer=rss[peer],
                          note="status port on (the default), on a free port" if not name
-                         else "no /metrics: prometheus-client and http.server not imported")
+                         else "no /metrics: prometheus-client not imported")
             if peer == "supervisord" and (ratio := fig.ratio()) is not None:
                 fig.met = ratio <= 1.5
             figures.append(fig)

@@ -1,4 +1,4 @@
-"""What a running guard has imported: no asyncio ever, no OpenSSL unless the status port is on.
+"""What a running guard has imported: no asyncio, no OpenSSL, no http.server, status port on or off.
 
 The guard runs as a process (the fake child as `[sglang] launch`, the full default pack); an
 atexit hook writes its sys.modules when SIGTERM has stopped it. Waits are bounded polls.
@@ -65,7 +65,9 @@ def test_status_port_off_no_asyncio_no_openssl(tmp_path: Path) -> None:
     assert list((tmp_path / "cache" / "hyperscan").glob("*.hsdb"))
 
 
-def test_status_port_on_still_no_asyncio(tmp_path: Path) -> None:
+def test_status_port_on_still_no_asyncio_no_openssl_no_http_server(tmp_path: Path) -> None:
     found = set(_run_guard(tmp_path, f"127.0.0.1:{free_port()}"))
     assert "sglang_guard.shell.statusserver" in found
-    assert not found & {"asyncio", "structlog"}
+    assert "prometheus_client.metrics" in found  # the metrics are served
+    assert not found & {"asyncio", "structlog", *OPENSSL, "http.client", "http.server", "email",
+                        "urllib.request", "wsgiref", "prometheus_client.exposition"}

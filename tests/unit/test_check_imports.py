@@ -1,5 +1,6 @@
 """A `check` whose model facts are cached imports neither transformers nor pynvml nor
-importlib.metadata; where NVML's library is absent, the probe says what NVML would."""
+importlib.metadata, nor tomllib (the backend table's decoded copy is cached too), nor the
+supervisor's jobs and events; where NVML's library is absent, the probe says what NVML would."""
 
 from __future__ import annotations
 
@@ -43,6 +44,9 @@ def test_cached_check_imports_little(tmp_path: Path) -> None:
     cached = _check_modules(tmp_path, "cached")
     assert not {m for m in cached if m.split(".")[0] == "transformers"}
     assert "importlib.metadata" not in cached
+    assert "tomllib" in cold and "tomllib" not in cached  # the table's copy was read
+    assert not cached & {"sglang_guard.shell.jobs", "sglang_guard.core.events", "difflib",
+                         "socket", "queue"}
     if gpuprobe._no_nvml_library() is not None:  # no NVIDIA driver on this host
         assert "pynvml" not in cached
 

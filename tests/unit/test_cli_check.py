@@ -58,8 +58,8 @@ def test_exit_status_and_json(llama: str, policy: str, backend: str, code: int,
     argv = ["--model-path", llama, "--attention-backend", backend, "--api-key", "s3cr3t"]
     rc, out = _json("--policy", policy, "--gpu-sm", "90", "--", *argv)
     assert (rc, out["verdict"]) == (code, verdict)
-    assert out["argv_in"] == argv
-    assert "s3cr3t" in out["argv_out"]  # JSON carries the real values
+    assert out["argv_in"] == [*argv[:-1], "***"]  # masked as in the human output
+    assert "s3cr3t" not in json.dumps(out)
     assert out["model"] == {"path": llama, "architectures": ["LlamaForCausalLM"],
                             "attention_arch": "mha", "model_type": "llama"}
     assert out["gpu"]["sm"] == 90

@@ -192,7 +192,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     With the command line (--argv 'ARGS' or -- ARGS) it also names the one flag change the
     guard would make to it, as the supervisor picks it from the whole failure output.
     """
-    from sglang_guard.core.redact import redact_text, redact_value  # noqa: PLC0415
+    from sglang_guard.core.redact import redact_record, redact_text, redact_value  # noqa: PLC0415
     from sglang_guard.core.rules import Matcher  # noqa: PLC0415
     from sglang_guard.core.termsafe import printable  # noqa: PLC0415
     from sglang_guard.shell.explain import (  # noqa: PLC0415
@@ -216,7 +216,8 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     if as_json:  # log lines are masked like the guard's own output: a log may carry keys
         doc: dict[str, object] = {"matches": [redact_value(m.as_dict()) for m in matches]}
         if with_argv:
-            doc["fix"] = redact_value(fix_as_dict(fix))
+            found = fix_as_dict(fix)  # a secret flag's values go whole, as in the journal
+            doc["fix"] = None if found is None else redact_record(found)
         click.echo(json.dumps(doc, indent=2))
         return
     if not matches:

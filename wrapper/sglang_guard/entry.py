@@ -10,7 +10,6 @@ none of those three: no import circle.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -111,6 +110,8 @@ def preflight_from_env() -> bool:
 def print_sglang_help(command: Sequence[str], usage: str, timeout: float) -> int:
     """SGLang's own help (`command`, when SGLang is installed), plus one paragraph about the
     guard; `usage` stands in when SGLang cannot print it."""
+    import subprocess  # noqa: PLC0415 - only for --help
+
     try:
         out = subprocess.run(list(command), capture_output=True, text=True, timeout=timeout,
                              check=False)

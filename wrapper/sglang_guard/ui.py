@@ -1,11 +1,18 @@
-"""How a preflight decision is shown: for people (secrets masked) and as JSON (real values)."""
+"""How a preflight decision is shown: for people and as JSON, secrets masked in both."""
 
 from __future__ import annotations
 
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from sglang_guard.core.redact import redact_argv, redact_text
+from sglang_guard.core.redact import (
+    MASK,
+    is_secret_flag,
+    redact_argv,
+    redact_config,
+    redact_record,
+    redact_text,
+)
 
 if TYPE_CHECKING:
     from sglang_guard.core.preflight import Decision
@@ -13,27 +20,29 @@ if TYPE_CHECKING:
 
 
 def decision_json(decision: Decision, inputs: Inputs) -> dict[str, Any]:
-    """The `check --json` object (argv values are real, not redacted: it is for machines)."""
-    model, gpu, draft = inputs.model, inputs.gpu, inputs.draft
+    """The `check --json` object. Secrets are masked as in the human output and the journal:
+    a secret option's value (any spelling SGLang accepts), a derived YAML key that is one,
+    and key=value or token-shaped words in free text."""
+    model, gpu, draft, table = inputs.model, inputs.gpu, inputs.draft, inputs.options
     return {
         "verdict": decision.verdict,
-        "argv_in": list(decision.argv_in),
-        "argv_out": list(decision.argv_out),
+        "argv_in": redact_argv(decision.argv_in, table),
+        "argv_out": redact_argv(decision.argv_out, table),
         "derived_config": (
-            dict(decision.derived_yaml) if decision.derived_yaml is not None else None
+            redact_config(decision.derived_yaml) if decision.derived_yaml is not None else None
         ),
         "derived_config_path": decision.derived_path,
-        "model": {"path": model.path, "architectures": list(model.architectures),
+        "model": {"path": redact_text(model.path), "architectures": list(model.architectures),
                   "attention_arch": model.attention_arch, "model_type": model.model_type},
         "draft_model": None if draft is None else {
-            "path": draft.path, "architectures": list(draft.architectures),
+            "path": redact_text(draft.path), "architectures": list(draft.architectures),
             "attention_arch": draft.attention_arch},
         "gpu": {"sm": gpu.sm, "name": gpu.name, "source": gpu.source},
         "sglang_version": inputs.release.version,
         "sglang_version_source": inputs.release.source,
         "sglang_table": inputs.release.tables.release,
-        "findings": [f.as_dict() for f in decision.findings],
-        "warnings": list(decision.warnings),
+        "findings": [redact_record(f.as_dict()) for f in decision.findings],
+        "warnings": [redact_text(w) for w in decision.warnings],
     }
 
 
@@ -41,11 +50,11 @@ def render_decision(decision: Decision, inputs: Inputs) -> str:
     """A short human report: what was found, why, and the command line to run."""
     model, gpu, table = inputs.model, inputs.gpu, inputs.options
     archs = ", ".join(model.architectures) or "?"
-    lines = [f"model     {model.path}  [{archs}]  attention: {model.attention_arch}"]
+    lines = [redact_text(f"model     {model.path}  [{archs}]  attention: {model.attention_arch}")]
     if inputs.draft is not None:
         d = inputs.draft
-        lines.append(f"draft     {d.path}  [{', '.join(d.architectures) or '?'}]  "
-                     f"attention: {d.attention_arch}")
+        lines.append(redact_text(f"draft     {d.path}  [{', '.join(d.architectures) or '?'}]  "
+                                 f"attention: {d.attention_arch}"))
     gpu_text = {"none": "none (no GPU on this host)", "unknown": "unknown"}.get(
         gpu.source, f"SM{gpu.sm}" + (f" ({gpu.name})" if gpu.name else ""))
     lines.append(f"gpu       {gpu_text}")
@@ -61,7 +70,10 @@ def render_decision(decision: Decision, inputs: Inputs) -> str:
                   "refuse": "REFUSED", "warn": "kept (warn)"}[f.action]
         if f.kind == "parser":
             change = "REJECTED by SGLang's parser"
-        what = f.flag if f.value is None else f"{f.flag} {f.value}"
+        secret = is_secret_flag(f.flag)  # its value is masked whole, as in the journal
+        if secret and f.action == "rewrite":
+            change = f"rewritten to {MASK}"
+        what = f.flag if f.value is None else f"{f.flag} {MASK if secret else f.value}"
         lines.append(redact_text(f"finding   {what}: {change}"))
         lines.append(redact_text(f"          why: {f.reason}"))
         if f.sglang_message:

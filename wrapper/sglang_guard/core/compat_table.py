@@ -6,8 +6,9 @@ Checking a flag against it is `core/compat.py`; this module only reads and valid
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
@@ -442,9 +443,10 @@ def _cross_check(root: Table, table: CompatTable) -> None:
                                 f"{name!r} is not a backend")
 
 
-def parse_table(text: str, path: str) -> CompatTable:
-    """Parse and validate the backend table; errors name `path` and the dotted key."""
-    root = Table.parse(text, path)
+def parse_table(text: str, path: str, data: Mapping[str, Any] | None = None) -> CompatTable:
+    """Parse and validate the backend table; errors name `path` and the dotted key. `data`:
+    the TOML of `text` decoded already (shell/tablecache.py keeps it), validated the same."""
+    root = Table.parse(text, path) if data is None else Table(path, "", data)
     meta = root.table("meta", required=True)
     unknown = meta.table("unknown_backend", required=True)
     backends = root.table("backends", required=True)
@@ -486,11 +488,17 @@ def parse_table(text: str, path: str) -> CompatTable:
 _RAW: list[CompatTable] = []
 
 
-def load_raw_table() -> CompatTable:
-    """configs/backends.toml as written: every release's entries (read once per process)."""
+def load_raw_table(decode: Callable[[Path], Mapping[str, Any]] | None = None) -> CompatTable:
+    """configs/backends.toml as written: every release's entries (read once per process).
+
+    `decode`: how the TOML file becomes data (the shell's cached decoding); else tomllib.
+    """
     if not _RAW:
         path = config_path("backends.toml")
-        _RAW.append(parse_table(path.read_text(encoding="utf-8"), str(path)))
+        if decode is None:
+            _RAW.append(parse_table(path.read_text(encoding="utf-8"), str(path)))
+        else:
+            _RAW.append(parse_table("", str(path), decode(path)))
     return _RAW[0]
 
 

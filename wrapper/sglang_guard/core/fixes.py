@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, assert_never
 
 from sglang_guard.core.options import OptionTable
 from sglang_guard.core.outcomes import FixKind
+from sglang_guard.core.redact import MASK, is_secret_flag
 from sglang_guard.core.tomlread import Table
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_USAGE
 
@@ -497,14 +498,20 @@ def _render_exit(code: int) -> Callable[[Fix], str]:
     return render
 
 
+def _secret(fix: Fix) -> bool:
+    """A secret flag's values are shown masked (issue 24: secrets masked everywhere)."""
+    return fix.flag is not None and is_secret_flag(fix.flag)
+
+
 def _render_drop(fix: Fix) -> str:
-    return f"fix: drop {fix.flag} {fix.old_value or ''} ({fix.rule.id})".replace("  ", " ")
+    old = MASK if _secret(fix) and fix.old_value else fix.old_value or ""
+    return f"fix: drop {fix.flag} {old} ({fix.rule.id})".replace("  ", " ")
 
 
 def _render_set(fix: Fix) -> str:
     if fix.free_port:
         return f"fix: set {fix.flag} to a free port, picked at the next launch ({fix.rule.id})"
-    value = "" if fix.new_value is None else f" {fix.new_value}"
+    value = "" if fix.new_value is None else f" {MASK if _secret(fix) else fix.new_value}"
     return f"fix: set {fix.flag}{value} ({fix.rule.id})"
 
 

@@ -9,8 +9,8 @@ what a real model config, guard config, rule pack or SGLang YAML needs (README: 
 
 from __future__ import annotations
 
+import functools
 import re
-import tomllib
 from typing import Any
 
 MAX_JSON_BYTES = 64 << 20  # a model's config.json (the largest real ones are a few MB)
@@ -19,10 +19,9 @@ MAX_YAML_BYTES = 4 << 20  # an SGLang --config YAML
 MAX_DEPTH = 100  # nesting of arrays/objects/tables (real configs: under 10)
 MAX_YAML_NODES = 100_000  # YAML nodes after alias expansion
 
-_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
-_TOML_TOKENS = re.compile(
-    r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]',
-    re.DOTALL,
+_JSON_TOKENS = r'"(?:[^"\\]|\\.)*"|[\[\]{}]'
+_TOML_TOKENS = (
+    r'"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]'
 )
 _OPEN = frozenset("[{")
 
@@ -31,10 +30,15 @@ class LimitError(ValueError):
     """An input over one of the limits; `str()` says which."""
 
 
-def _too_deep(text: str, tokens: re.Pattern[str], limit: int) -> bool:
+@functools.cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern, re.DOTALL)  # on first use: a cached `check` reads no TOML
+
+
+def _too_deep(text: str, tokens: str, limit: int) -> bool:
     """True as soon as brackets outside strings (and comments) nest deeper than `limit`."""
     depth = 0
-    for m in tokens.finditer(text):
+    for m in _compiled(tokens).finditer(text):
         tok = m.group()
         if tok in _OPEN:
             depth += 1
@@ -54,16 +58,26 @@ def check_json(data: bytes | str, what: str = "JSON") -> None:
         raise LimitError(f"{what} is nested deeper than {MAX_DEPTH} levels")
 
 
-class TOMLLimitError(tomllib.TOMLDecodeError):
-    """A TOML input over a limit (a TOMLDecodeError, so every reader's handler says it)."""
+@functools.cache
+def toml_limit_error() -> type[ValueError]:
+    """The error of a TOML input over a limit: a TOMLDecodeError, so every reader's handler
+    says it (made on first use: tomllib is imported only where TOML is read)."""
+    import tomllib  # noqa: PLC0415
+
+    class TOMLLimitError(tomllib.TOMLDecodeError):
+        """A TOML input over a limit."""
+
+    return TOMLLimitError
 
 
 def toml_loads(text: str) -> dict[str, Any]:
-    """`tomllib.loads` with the size and depth limits checked first (TOMLLimitError)."""
+    """`tomllib.loads` with the size and depth limits checked first (toml_limit_error())."""
+    import tomllib  # noqa: PLC0415 - pure Python, with regexes of its own: only when read
+
     if len(text) > MAX_TOML_BYTES:
-        raise TOMLLimitError(f"larger than {MAX_TOML_BYTES >> 20} MiB")
+        raise toml_limit_error()(f"larger than {MAX_TOML_BYTES >> 20} MiB")
     if _too_deep(text, _TOML_TOKENS, MAX_DEPTH + 1):  # +1: a [[table]] header is two brackets
-        raise TOMLLimitError(f"nested deeper than {MAX_DEPTH} levels")
+        raise toml_limit_error()(f"nested deeper than {MAX_DEPTH} levels")
     return tomllib.loads(text)
 
 

@@ -11,7 +11,6 @@ Pure: the parsed command line in, one `Rejection` per rejected occurrence out.
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 from sglang_guard.core.argv import CommandLine, Occurrence
@@ -89,6 +88,8 @@ def suggest(token: str, table: OptionTable) -> str | None:
         return None
     head = token.split("=", 1)[0]
     longs = [s for s in table.by_string if s.startswith("--")]
+    import difflib  # noqa: PLC0415 - only an unknown option is matched against the rest
+
     hits = difflib.get_close_matches(head, longs, n=1, cutoff=0.8)
     return hits[0] if hits else None
 

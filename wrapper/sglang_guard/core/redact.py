@@ -38,6 +38,11 @@ def is_secret_dest(dest: str) -> bool:
     return bool(_SECRET_DEST.search(dest))
 
 
+def is_secret_flag(flag: str) -> bool:
+    """True for a flag (`--api-key`) or a YAML key (`api-key`) whose option is a secret."""
+    return is_secret_dest(flag.lstrip("-").replace("-", "_"))
+
+
 def redact_text(text: str) -> str:
     """Mask key=value secrets and token-shaped words in free text."""
     def _sub(m: re.Match[str]) -> str:
@@ -95,7 +100,7 @@ def redact_record(record: Mapping[str, Any]) -> dict[str, Any]:
     when its dest is a secret, `value`, `old_value` and `new_value` are masked whole.
     """
     flag = record.get("flag")
-    secret = isinstance(flag, str) and is_secret_dest(flag.lstrip("-").replace("-", "_"))
+    secret = isinstance(flag, str) and is_secret_flag(flag)
     out: dict[str, Any] = {}
     for key, value in record.items():
         if secret and key in _VALUE_KEYS and value is not None:
@@ -103,3 +108,10 @@ def redact_record(record: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[key] = redact_value(value)
     return out
+
+
+def redact_config(data: Mapping[str, Any]) -> dict[str, Any]:
+    """SGLang YAML config data safe to show: a secret option's value (`api-key: ...`) masked
+    whole, every other string through redact_text."""
+    return {key: MASK if isinstance(key, str) and is_secret_flag(key) and value is not None
+            else redact_value(value) for key, value in data.items()}

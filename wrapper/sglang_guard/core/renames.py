@@ -25,13 +25,13 @@ from sglang_guard.errors import ConfigError
 RENAMES_FILE = ("sglang", "renames.json")
 
 _SUCCESSOR = (
-    re.compile(r"(?i)alias for (--[\w-]+)(?:[= ]([\w.-]*\w))?(?![\w{<-])"),
-    re.compile(r"[Uu]se (--[\w-]+)(?:[= ]([\w.-]*\w))? instead"),
-    re.compile(r"[Uu]se (--[\w-]+)[= ][{<][^ ]*[}>] instead"),
-    re.compile(r"[Uu]se (--[\w-]+)=([\w.-]*\w)"),
-    re.compile(r"set `(--[\w-]+)` to '([\w.-]+)'"),
+    r"(?i)alias for (--[\w-]+)(?:[= ]([\w.-]*\w))?(?![\w{<-])",
+    r"[Uu]se (--[\w-]+)(?:[= ]([\w.-]*\w))? instead",
+    r"[Uu]se (--[\w-]+)[= ][{<][^ ]*[}>] instead",
+    r"[Uu]se (--[\w-]+)=([\w.-]*\w)",
+    r"set `(--[\w-]+)` to '([\w.-]+)'",
 )
-_VALUE_MAP = re.compile(r"'([\w.-]+)' maps to '([\w.-]+)'")
+_VALUE_MAP = r"'([\w.-]+)' maps to '([\w.-]+)'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +67,7 @@ class RenameFinding:
 
 def successor_from_note(note: str) -> tuple[str, str | None] | None:
     """(successor flag, fixed value or None) named by a deprecation note."""
-    for pattern in _SUCCESSOR:
+    for pattern in map(re.compile, _SUCCESSOR):  # re's own cache keeps them
         match = pattern.search(note)
         if match:
             groups = match.groups()
@@ -94,7 +94,7 @@ def derive_renames(releases: Sequence[tuple[str, Sequence[Mapping[str, Any]]]]) 
                 kept = note if "eprecat" in note or "lias" in note else ""
                 out.append(Rename(flag, old_v, new_v, successor, value, opt["nargs"] != 0,
                                   " ".join(kept.split()), str(opt["where"]),
-                                  dict(_VALUE_MAP.findall(kept)) or None))
+                                  dict(re.findall(_VALUE_MAP, kept)) or None))
     return out
 
 

@@ -8,7 +8,6 @@ naming the file and the dotted key.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,8 @@ Kinds = type | tuple[type, ...]
 
 def load(text: str, path: str) -> dict[str, Any]:
     """Parse TOML text; a syntax error (or absurd nesting) is a ConfigError naming `path`."""
+    import tomllib  # noqa: PLC0415 - only where TOML is read (a cached `check` reads none)
+
     try:
         return toml_loads(text)  # size and depth limits first (core/limits.py)
     except tomllib.TOMLDecodeError as exc:

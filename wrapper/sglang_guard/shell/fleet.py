@@ -31,7 +31,7 @@ from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.events import CommandChanged
 from sglang_guard.core.guardconfig import GuardConfig, LearnSection
 from sglang_guard.core.options import OptionTable
-from sglang_guard.core.redact import redact_argv
+from sglang_guard.core.redact import redact_argv, redact_record, redact_text
 from sglang_guard.core.rules import RulePack
 from sglang_guard.errors import ConfigError
 from sglang_guard.shell.fleetstore import Store, StoreError, open_store
@@ -439,7 +439,8 @@ def check_view(cfg: GuardConfig, state_dir: str, prepared: Prepared) -> dict[str
                           for x in e.edits)
         lines.append(f"fleet: applies {edits} (learned by {e.origin.guard} at "
                      f"{e.origin.learned_at}, confirmed {e.confirmations} times)")
-    return {"key": fleet.name, "store": fleet.store.where,
+    return {"key": fleet.name, "store": redact_text(fleet.store.where),
             "applied": fleet.in_use is not None,
             "argv_after": redact_argv(after.argv, prepared.options) if fleet.in_use else None,
-            "records": [dict(r) for r in records], "lines": lines}
+            "records": [redact_record(r) for r in records],
+            "lines": [redact_text(line) for line in lines]}

@@ -26,6 +26,7 @@ from sglang_guard.errors import GuardError, InputError
 from sglang_guard.shell.files import read_user_text
 from sglang_guard.shell.gpuprobe import resolve_gpu
 from sglang_guard.shell.modelprobe import resolve_model
+from sglang_guard.shell.tablecache import decoded_toml
 from sglang_guard.shell.whichrelease import Release
 
 # The option lists that name attention backends (their union is what a release accepts).
@@ -90,7 +91,7 @@ def checks_for(release: Release) -> tuple[CompatTable, tuple[str, ...], frozense
     tables = release.tables
     names = tuple(dict.fromkeys(
         name for dest in BACKEND_CHOICES for name in tables.choices.get(dest, ())))
-    compat = load_raw_table().for_release(tables.release, names or None)
+    compat = load_raw_table(decoded_toml).for_release(tables.release, names or None)
     if tables.origin == "shipped":
         return compat, (), frozenset()
     key = (tables.requested, tables.release, str(release.site))

@@ -11,13 +11,10 @@ import contextlib
 import json
 import os
 import re
-import socket
-import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from sglang_guard.core.arch import ArchTable, classify, draft_architectures, load_default_arch_table
 from sglang_guard.core.facts import CONFIG_FIELDS, ModelFacts, ModelShape
@@ -26,7 +23,6 @@ from sglang_guard.core.sha import sha256
 from sglang_guard.errors import InputError, ModelError
 from sglang_guard.resources import config_path
 from sglang_guard.shell.files import read_bytes, write_atomic
-from sglang_guard.shell.jobs import tracked
 
 _PROBE_COMMAND = (sys.executable, "-m", "sglang_guard.shell.modelprobe")
 PROBE_TIMEOUT_S = 600
@@ -40,10 +36,14 @@ _CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_
                  "max_position_embeddings")
 
 
+def cache_root() -> Path:
+    """The guard's cache (`$SGLANG_GUARD_CACHE`, else ~/.cache/sglang-guard)."""
+    return Path(os.environ.get("SGLANG_GUARD_CACHE") or Path.home() / ".cache" / "sglang-guard")
+
+
 def cache_dir() -> Path:
-    """Where memoised model facts live (`$SGLANG_GUARD_CACHE`, else ~/.cache/sglang-guard)."""
-    root = os.environ.get("SGLANG_GUARD_CACHE") or Path.home() / ".cache" / "sglang-guard"
-    return Path(root) / "facts"
+    """Where memoised model facts live (`facts/` in the cache)."""
+    return cache_root() / "facts"
 
 
 def parse_overrides(override_args: str | None) -> dict[str, Any]:
@@ -142,6 +142,10 @@ def _resolve_in_subprocess(path: str, revision: str | None, trust: bool, *,
     request = json.dumps({"path": path, "revision": revision, "trust_remote_code": trust,
                           "override_args": override_args, "is_draft": is_draft,
                           "sglang_release": sglang_release})
+    import subprocess  # noqa: PLC0415 - a cached check starts no probe
+
+    from sglang_guard.shell.jobs import tracked  # noqa: PLC0415
+
     # Run as a tracked process: a loop that ends while a reload probes (shell/jobs.py) stops it.
     with subprocess.Popen(list(_PROBE_COMMAND), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as proc, tracked(proc):
@@ -239,6 +243,9 @@ def _hub_config_bytes(repo_id: str, revision: str | None) -> tuple[bytes | None,
                   for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
     if offline:
         return None, "offline and not in the local Hugging Face cache"
+    import socket  # noqa: PLC0415 - only a hub download needs these
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
     # One quick connection first: huggingface_hub retries a dead network for ~20 s, loudly.
     endpoint = urlsplit(constants.ENDPOINT)
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +45,8 @@ class ReleaseFact:
 
 def interpreter_path(python: str, timeout: float = 10.0) -> list[str]:
     """`sys.path` of `python` as the launch will see it (site processed, sglang not imported)."""
+    import subprocess  # noqa: PLC0415 - only with --python: a cached `check` starts none
+
     try:
         done = subprocess.run(
             [python, "-c", _SYS_PATH], capture_output=True, text=True, timeout=timeout,

@@ -1,7 +1,12 @@
-"""The status port's HTTP side: a ThreadingHTTPServer on a daemon thread, read-only.
+"""The status port's HTTP side: a threading TCP server on a daemon thread, read-only.
 
 Each request reads the board (shell/status.py) under its lock and answers; nothing here
 touches the loop except /livez, which puts one no-op tick on its queue.
+
+The HTTP here is the little the port needs, on socketserver: one GET or HEAD per
+connection (HTTP/1.0: the answer ends it), a bounded request head, a JSON or text body.
+http.server is not used: it imports http.client, email and ssl (~4 MiB of a guard's RSS,
+issue 24) for features a read-only port has no use for.
 """
 
 from __future__ import annotations
@@ -12,9 +17,9 @@ import json
 import os
 import resource
 import socket
+import socketserver
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from sglang_guard.core import status as model
@@ -29,32 +34,71 @@ IO_TIMEOUT_S = 5.0  # per connection: a read or a write that takes longer ends i
 MAX_CONNECTIONS = 64  # past this, the oldest idle connection is closed for a new one
 FDS_KEPT = 128  # fds the port leaves to the rest of the guard (pipes, journal, psutil's reads)
 BACKLOG = 128  # the listen queue (socketserver's default of 5 drops a burst of probes)
+MAX_LINE = 65536  # bytes in the request line or one header line (http.server's bound)
+MAX_HEADERS = 100  # header lines in one request (http.server's bound)
+SERVER = "sglang-guard"
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 414: "URI Too Long",
+           431: "Request Header Fields Too Large", 501: "Not Implemented",
+           503: "Service Unavailable", 505: "HTTP Version Not Supported"}
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Refused(Exception):
+    """A request head the port answers with an error status, then closes."""
+
+    def __init__(self, code: int, why: str) -> None:
+        super().__init__(why)
+        self.code = code
+
+
+class _Handler(socketserver.StreamRequestHandler):
     board: StatusBoard
-    server_version = "sglang-guard"
     timeout = IO_TIMEOUT_S  # StreamRequestHandler: the socket's timeout, reads and writes
+    head_only = False
 
-    def handle_one_request(self) -> None:
+    def handle(self) -> None:
         """One request; until its request line and headers are in, the connection is idle."""
-        tracker(self.server).idle(self.request)
-        super().handle_one_request()
+        book = tracker(self.server)
+        book.idle(self.request)
+        try:
+            method, target = self._read_head()
+        except _Refused as exc:
+            self._send(exc.code, json.dumps({"error": str(exc)}).encode(), "application/json")
+            return
+        except (OSError, EOFError):  # hung up, or silent past IO_TIMEOUT_S
+            return
+        book.busy(self.request)
+        self.head_only = method == "HEAD"  # GET without the body (a load balancer's check)
+        self._answer(target.split("?", 1)[0])
 
-    def parse_request(self) -> bool:
-        """The request is in: from now on the connection is busy (never closed for another)."""
-        ok = super().parse_request()
-        if ok:
-            tracker(self.server).busy(self.request)
-        return ok
+    def _read_head(self) -> tuple[str, str]:
+        """(method, target) of the request; its header lines are read and left unused."""
+        words = self._line(414).decode("latin-1").split()
+        if len(words) != 3 or not words[2].startswith("HTTP/"):
+            raise _Refused(400, "bad request line")
+        method, target, version = words
+        for _ in range(MAX_HEADERS + 1):
+            if self._line(431) in (b"\r\n", b"\n"):
+                break
+        else:
+            raise _Refused(431, "too many header lines")
+        if version not in ("HTTP/1.0", "HTTP/1.1"):
+            raise _Refused(505, "HTTP/1.0 or HTTP/1.1 only")
+        if method not in ("GET", "HEAD"):
+            raise _Refused(501, "GET or HEAD only")
+        return method, target
 
-    def do_HEAD(self) -> None:
-        """GET without the body (a load balancer's or curl -I's check)."""
-        self._head_only = True
-        self.do_GET()
+    def _line(self, too_long: int) -> bytes:
+        """One line of the head, at most MAX_LINE bytes (longer: `too_long` is the answer)."""
+        line = self.rfile.readline(MAX_LINE + 1)
+        if not line:
+            raise EOFError
+        if len(line) > MAX_LINE:
+            raise _Refused(too_long, "line too long")
+        return line
 
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
+    def _answer(self, path: str) -> None:
         board = self.board
         exposition = getattr(board.metrics, "exposition", None)  # None: the port is off
         if path == "/metrics" and exposition is not None:
@@ -77,18 +121,18 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, b'{"error": "not found"}', "application/json")
 
     def _send(self, code: int, body: bytes, kind: str) -> None:
-        self.send_response(code)
-        self.send_header("Content-Type", kind)
-        self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        if getattr(self, "_head_only", False):
-            return
+        head = (f"HTTP/1.0 {code} {REASONS[code]}\r\nServer: {SERVER}\r\nDate: {http_date()}\r\n"
+                f"Content-Type: {kind}\r\nContent-Length: {len(body)}\r\n"
+                "Cache-Control: no-store\r\nConnection: close\r\n\r\n").encode("latin-1")
         with contextlib.suppress(OSError):  # the prober hung up: nothing to tell
-            self.wfile.write(body)
+            self.wfile.write(head if self.head_only else head + body)
 
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: probes every few seconds would drown SGLang's own output."""
+
+def http_date(now: float | None = None) -> str:
+    """An HTTP Date header's value (RFC 9110's IMF-fixdate), whatever the locale."""
+    t = time.gmtime(now)
+    return (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")
 
 
 class Connections:
@@ -158,8 +202,8 @@ def tracker(server: object) -> Connections:
     return book if isinstance(book, Connections) else Connections(MAX_CONNECTIONS)
 
 
-class _Server(ThreadingHTTPServer):
-    """A ThreadingHTTPServer whose clients cannot take it, or the guard, down.
+class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
+    """A threading TCP server whose clients cannot take it, or the guard, down.
 
     At most `connection_cap()` connections (threads, fds): a new one closes the oldest idle
     one. When the process is out of fds (EMFILE), a spare fd kept for the purpose is let
