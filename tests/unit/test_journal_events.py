@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,3 +105,16 @@ def test_the_outcomes_module_holds_every_kind_the_code_emits() -> None:
             "give_up", "backoff", "ready", "start.stage", "start.stalled",
             "group.node_down", "reload.applied", "reload.rejected"} <= events
     assert outcomes.PreflightFinding.EVENT == outcomes.FleetChanged.EVENT == ""
+
+
+def test_no_module_spells_a_record_or_reads_one_back() -> None:
+    # A record's `"event": ...` is written in core/outcomes.py alone, and no module reads a
+    # record's `event` back (structlog's own `event` in shell/logsetup.py and SGLang's request
+    # records in core/logline.py are not the journal's).
+    others = {"core/outcomes.py", "shell/logsetup.py", "core/logline.py"}
+    shape = re.compile(r'"event"\s*:|\[\s*"event"\s*\]|\.get\(\s*"event"')
+    package = REPO / "wrapper" / "sglang_guard"
+    found = [f"{p.relative_to(package)}: {line.strip()}" for p in sorted(package.rglob("*.py"))
+             if str(p.relative_to(package)) not in others
+             for line in p.read_text().splitlines() if shape.search(line)]
+    assert found == []
