@@ -31,6 +31,7 @@ from sglang_guard.core.rules import Matcher
 from sglang_guard.errors import EXIT_OK, InputError
 from sglang_guard.shell import modelprobe, supervisor
 from sglang_guard.shell import reloader as reloader_mod
+from sglang_guard.shell.observer import Quiet
 from sglang_guard.shell.reloader import Reloader
 from sglang_guard.shell.status import LIVEZ_WAIT_S, StatusBoard
 from sglang_guard.shell.supervisor import Supervisor
@@ -160,24 +161,18 @@ def test_sigterm_during_a_rule_pack_compile_exits_0_at_once(
     assert took < ANSWER_S, f"SIGTERM answered after {took:.1f}s"
 
 
-class _Wedge:
-    """An observer whose `step` blocks once `wedged` is set: the loop stands still there."""
+class _Wedge(Quiet):
+    """A listener whose `stepped` blocks once `wedged` is set: the loop stands still there."""
 
     def __init__(self, release: threading.Event) -> None:
         self.wedged = threading.Event()
         self.inside = threading.Event()
         self.release = release
 
-    def attach(self, events: Any) -> None:
-        pass
-
-    def step(self, state: machine.State, env: machine.Env, actions: Sequence[Action]) -> None:
+    def stepped(self, state: machine.State, env: machine.Env, actions: Sequence[Action]) -> None:
         if self.wedged.is_set():
             self.inside.set()
             self.release.wait(SLOW_S)
-
-    def record(self, record: Any) -> None:
-        pass
 
 
 def test_the_watchdog_is_fed_by_the_loop_and_a_wedged_loop_stops_it(

@@ -58,7 +58,7 @@ def test_a_record_that_matches_and_whose_guard_is_dead_is_stopped(
         tmp_path: Path, stranger: subprocess.Popen[bytes]) -> None:
     path = tmp_path / "child.pgid"
     plant(path, stranger)
-    records = orphans.reap(path, grace=2.0)
+    records = [r.to_record() for r in orphans.reap(path, grace=2.0)]
     assert [r["event"] for r in records] == ["orphans.stopped"]
     assert records[0]["pids"] == [stranger.pid]
     stranger.wait(10)
@@ -70,7 +70,7 @@ def test_an_old_format_record_naming_a_stranger_is_left_alone(
     path = tmp_path / "child.pgid"
     started = psutil.Process(stranger.pid).create_time()
     path.write_text(json.dumps({"pgid": stranger.pid, "procs": [[stranger.pid, started]]}))
-    records = orphans.reap(path, grace=0.2)
+    records = [r.to_record() for r in orphans.reap(path, grace=0.2)]
     assert [r["event"] for r in records] == ["orphans.left"]
     assert wait_gone([stranger.pid], timeout=0.5) == [stranger.pid]
 
@@ -92,7 +92,7 @@ def test_a_record_that_does_not_verify_is_journaled_and_left_alone(
         parent = psutil.Process(os.getppid())
         over |= {"guard_pid": parent.pid, "guard_start": parent.create_time()}
     plant(path, stranger, **over)
-    records = orphans.reap(path, grace=0.2)
+    records = [r.to_record() for r in orphans.reap(path, grace=0.2)]
     assert records and all(r["event"] == "orphans.left" for r in records), records
     assert alive(stranger)
 
@@ -106,7 +106,7 @@ def test_an_unrecorded_group_member_is_stopped_only_with_the_run_token(tmp_path:
         for proc, expect in ((ours, "orphans.stopped"), (theirs, "orphans.left")):
             path = tmp_path / f"{proc.pid}.pgid"
             plant(path, proc, token=token, procs=[])  # forked after the last snapshot
-            assert [r["event"] for r in orphans.reap(path, grace=2.0)] == [expect]
+            assert [r.event for r in orphans.reap(path, grace=2.0)] == [expect]
         ours.wait(10)
         assert alive(theirs)
     finally:
@@ -121,8 +121,8 @@ def test_a_symlinked_or_huge_record_is_not_trusted(
     plant(real, stranger)
     link = tmp_path / "child.pgid"
     link.symlink_to(real)
-    assert [r["event"] for r in orphans.reap(link, grace=0.2)] == ["orphans.left"]
+    assert [r.event for r in orphans.reap(link, grace=0.2)] == ["orphans.left"]
     big = tmp_path / "big.pgid"
     big.write_bytes(b" " * (2 << 20))
-    assert [r["event"] for r in orphans.reap(big, grace=0.2)] == ["orphans.left"]
+    assert [r.event for r in orphans.reap(big, grace=0.2)] == ["orphans.left"]
     assert alive(stranger)

@@ -20,6 +20,7 @@ from sglang_guard.core import status as model
 from sglang_guard.core.events import SignalReceived
 from sglang_guard.core.guardconfig import HealthSection, StatusSection
 from sglang_guard.core.options import load_option_table
+from sglang_guard.core.outcomes import BackingOff, ChildStarted, Ready
 from sglang_guard.core.preflight import Decision, Finding
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, Refused
 from sglang_guard.shell.runner import journal_preflight
@@ -248,9 +249,9 @@ def _ready_scrape(address: tuple[str, int]) -> Samples | None:
 
 
 def test_a_record_the_fold_cannot_read_never_stops_the_loop(board: StatusBoard) -> None:
-    board.record({"event": "child.start", "gen": "not a number"})  # a bug's shape
-    board.record({"event": "backoff", "delay_s": None})
-    board.record({"event": "ready", "gen": 1})
+    board.record(ChildStarted(gen="not a number", reason="", argv=[]))  # type: ignore[arg-type]
+    board.record(BackingOff(delay_s=None, reason="", failures_in_window=1))  # type: ignore[arg-type]
+    board.record(Ready(gen=1, argv=[]))
     assert board.snapshot().ready
 
 
@@ -290,10 +291,10 @@ def test_a_loop_step_that_changes_nothing_touches_no_gauge(board: StatusBoard) -
     board.metrics.show = lambda snap: (shown.append(snap), real(snap))[1]  # type: ignore[method-assign]
     state = SimpleNamespace(phase="starting")
     env = SimpleNamespace(sglang_version="0.5.23", matcher=SimpleNamespace(rules=()))
-    board.step(state, env, [])  # type: ignore[arg-type]
+    board.stepped(state, env, [])  # type: ignore[arg-type]
     assert len(shown) == 1  # preflight -> starting
     for _ in range(100):
-        board.step(state, env, [])  # type: ignore[arg-type]
+        board.stepped(state, env, [])  # type: ignore[arg-type]
     assert len(shown) == 1
     assert board.snapshot().phase == "starting"
 

@@ -103,11 +103,11 @@ def only(actions: list[Action], kind: type[Any]) -> Any:
 
 
 def events_of(actions: list[Action]) -> list[str]:
-    return [a.record["event"] for a in of(actions, Journal)]
+    return [a.record.event for a in of(actions, Journal)]
 
 
 def record(actions: list[Action], event: str) -> dict[str, Any]:
-    found = [dict(a.record) for a in of(actions, Journal) if a.record["event"] == event]
+    found = [a.record.to_record() for a in of(actions, Journal) if a.record.event == event]
     assert len(found) == 1, f"want one {event!r} in {events_of(actions)}"
     return found[0]
 

@@ -142,7 +142,7 @@ def test_environment_failure_is_one_launch_and_exit_69(line: str, rule: str,
     crash = f"{TS} Scheduler hit an exception: Traceback (most recent call last):"
     state, actions = machine.step(state, ChildLine(1, "stderr", crash, 1), env, 1.0, 0.5)
     state, actions = machine.step(state, ChildLine(1, "stderr", line, 1), env, 1.1, 0.5)
-    planned = [dict(a.record) for a in actions if isinstance(a, Journal)]
+    planned = [a.record.to_record() for a in actions if isinstance(a, Journal)]
     assert planned[0]["event"] == "give_up.planned" and planned[0]["class"] == "environment"
     assert planned[0]["rule"] == rule
     state, actions = machine.step(state, ChildExited(1, 42, 1), env, 1.2, 0.5)

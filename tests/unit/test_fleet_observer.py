@@ -15,6 +15,7 @@ from sglang_guard.core.machine import State
 from sglang_guard.core.options import load_option_table
 from sglang_guard.shell.fleet import Fleet, FleetObserver, bounded
 from sglang_guard.shell.observer import NO_OBSERVER
+from support.records import typed
 
 OPTIONS = load_option_table()
 USER = ("--model-path", "/m", "--attention-backend", "fa3", "--port", "31000")
@@ -78,15 +79,15 @@ def entry_of(store: Memory, f: Fleet) -> core.Entry:
 
 def run(obs: FleetObserver, *history: tuple[int, tuple[str, ...], dict[str, Any]]) -> None:
     for gen, argv, record in history:
-        obs.step(State(cl=cl(argv), gen=gen, phase="starting"), None, [])  # type: ignore[arg-type]
-        obs.record(record)
+        obs.stepped(State(cl=cl(argv), gen=gen, phase="starting"), None, [])  # type: ignore[arg-type]
+        obs.record(typed(record))
 
 
 def test_a_proven_entry_is_applied_as_a_fleet_remediation(tmp_path: Path) -> None:
     store = Memory()
     f, records = make(store, tmp_path)
     store.put(f.name, proven(f).encode())
-    out = f.before_launch(cl(USER), [records.append])
+    out = f.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     assert out.argv == FIXED
     assert [r["event"] for r in records] == ["fleet.lookup", "remediated"]
     assert records[1]["trigger"] == "fleet" and records[1]["origin"]["guard"] == "other:1"
@@ -96,7 +97,7 @@ def test_a_store_that_does_not_answer_is_skipped_within_the_bound(tmp_path: Path
     never = threading.Event()
     store = Memory(block=never)
     f, records = make(store, tmp_path, timeout_s=0.05)
-    out = f.before_launch(cl(USER), [records.append])
+    out = f.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     never.set()  # let the abandoned lookup thread end
     assert out.argv == USER
     assert records[0]["result"] == "unavailable"
@@ -114,7 +115,7 @@ def test_ready_with_the_fleet_fix_adds_a_confirmation(tmp_path: Path) -> None:
     store = Memory()
     f, records = make(store, tmp_path)
     store.put(f.name, proven(f).encode())
-    f.before_launch(cl(USER), [records.append])
+    f.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     obs = FleetObserver(NO_OBSERVER, f)
     run(obs, (1, FIXED, {"event": "child.start", "gen": 1}),
         (1, FIXED, {"event": "ready", "gen": 1}))
@@ -126,10 +127,10 @@ def test_a_fleet_launch_that_ends_before_ready_is_known_bad_and_goes_back(tmp_pa
     store = Memory()
     f, records = make(store, tmp_path)
     store.put(f.name, proven(f).encode())
-    f.before_launch(cl(USER), [records.append])
+    f.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     obs = FleetObserver(NO_OBSERVER, f)
     events: queue.Queue[Event] = queue.Queue()
-    obs.attach(events)
+    obs.start(events)
     run(obs, (1, FIXED, {"event": "child.exit", "gen": 1, "returncode": 1}))
     f.close(5)
     bad = entry_of(store, f)
@@ -146,7 +147,7 @@ def test_a_signal_during_the_fleet_launch_is_not_a_failure(tmp_path: Path) -> No
     store = Memory()
     f, records = make(store, tmp_path)
     store.put(f.name, proven(f).encode())
-    f.before_launch(cl(USER), [records.append])
+    f.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     obs = FleetObserver(NO_OBSERVER, f)
     run(obs, (1, FIXED, {"event": "guard.signal", "signal": "SIGTERM"}),
         (1, FIXED, {"event": "child.exit", "gen": 1, "returncode": -15}))
@@ -157,7 +158,7 @@ def test_a_signal_during_the_fleet_launch_is_not_a_failure(tmp_path: Path) -> No
 def test_learning_alone_publishes_what_reached_ready(tmp_path: Path) -> None:
     store = Memory()
     f, records = make(store, tmp_path)
-    f.before_launch(cl(USER), [records.append])
+    f.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     obs = FleetObserver(NO_OBSERVER, f)
     run(obs, (1, USER, {"event": "remediated", "trigger": "log", "rule": "fa3-sm", "line": LINE,
                         "gen": 1}),
@@ -171,7 +172,7 @@ def test_learning_alone_publishes_what_reached_ready(tmp_path: Path) -> None:
 def test_publish_off_writes_nothing(tmp_path: Path) -> None:
     store = Memory()
     f, records = make(store, tmp_path, publish=False)
-    f.before_launch(cl(USER), [records.append])
+    f.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     obs = FleetObserver(NO_OBSERVER, f)
     run(obs, (2, FIXED, {"event": "ready", "gen": 2}))
     f.close(5)
@@ -182,7 +183,7 @@ def test_a_give_up_after_own_fixes_is_published_known_bad_never_over_a_proven(
         tmp_path: Path) -> None:
     store = Memory()
     f, records = make(store, tmp_path)
-    f.before_launch(cl(USER), [records.append])
+    f.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     obs = FleetObserver(NO_OBSERVER, f)
     run(obs, (2, FIXED, {"event": "give_up", "reason": "crash loop"}))
     f.close(5)
@@ -191,7 +192,7 @@ def test_a_give_up_after_own_fixes_is_published_known_bad_never_over_a_proven(
     store2 = Memory()
     g, records = make(store2, tmp_path, consume=False)
     store2.put(g.name, proven(g).encode())
-    g.before_launch(cl(USER), [records.append])
+    g.before_launch(cl(USER), [lambda event: records.append(event.to_record())])
     obs = FleetObserver(NO_OBSERVER, g)
     run(obs, (2, FIXED, {"event": "give_up", "reason": "crash loop"}))
     g.close(5)

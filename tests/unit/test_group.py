@@ -10,6 +10,7 @@ from sglang_guard.core import group
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import GroupExit, GroupReady, GroupRelaunch
 from sglang_guard.core.options import load_option_table
+from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST, InputError
 
 OPTIONS = load_option_table()
@@ -223,13 +224,18 @@ def test_leader_silence_past_the_bound_ends_the_worker_with_76() -> None:
     assert events == []
     f, events = group.follow(f, None, 15.1, OPTIONS)
     assert events == [GroupExit(EXIT_LEADER_LOST, "the group leader has not answered for 5s "
-                                                  "(group.leader_lost_s)")]
+                                                  "(group.leader_lost_s)", GiveUpCause.LEADER_LOST)]
     assert f.done and group.follow(f, None, 99.0, OPTIONS)[1] == []
 
 
 def test_the_leaders_end_is_the_workers_end() -> None:
     _, events = group.follow(follower(), reply(exit_=(EXIT_GIVE_UP, "crash loop")), 1.0, OPTIONS)
-    assert events == [GroupExit(EXIT_GIVE_UP, "the group leader exited: crash loop")]
+    assert events == [GroupExit(EXIT_GIVE_UP, "the group leader exited: crash loop",
+                                GiveUpCause.OTHER)]  # a leader that did not send its cause
+    cause = replace(reply(exit_=(EXIT_GIVE_UP, "crash loop")), exit_cause=GiveUpCause.CRASH_LOOP)
+    _, events = group.follow(follower(), cause, 1.0, OPTIONS)
+    assert events == [GroupExit(EXIT_GIVE_UP, "the group leader exited: crash loop",
+                                GiveUpCause.CRASH_LOOP)]  # the worker gives up for its cause
 
 
 def test_a_derived_yaml_is_named_in_the_workers_own_state_dir() -> None:

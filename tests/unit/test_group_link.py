@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from sglang_guard.core import group as core
-from sglang_guard.core.actions import Journal, Spawn, Stop
+from sglang_guard.core.actions import Exit, Journal, Spawn, Stop
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import (
     ChildExited,
@@ -21,8 +21,11 @@ from sglang_guard.core.events import (
 from sglang_guard.core.guardconfig import GroupSection
 from sglang_guard.core.machine import State
 from sglang_guard.core.options import load_option_table
+from sglang_guard.core.outcomes import GaveUp, GiveUpCause, LogFix, Ready, StartStalled
 from sglang_guard.core.rules import Matcher, parse_pack
+from sglang_guard.errors import EXIT_GIVE_UP
 from sglang_guard.shell.groupleader import LeaderLink
+from sglang_guard.shell.groupwire import reply_of
 from sglang_guard.shell.groupworker import WorkerLink
 
 OPTIONS = load_option_table()
@@ -70,8 +73,9 @@ def test_beat_passes_on_current_reports_only(
     assert link.beat({"rank": 1, "gen": 1})[0] == 410  # never joined
     link.saw_action(Spawn(1, CL.argv), State(cl=CL))
     link.join({"rank": 1, "digest": DIGEST.to_json()})
-    link.saw_action(Journal({"event": "remediated", "gen": 1, "rule": "r", "node": 1}),
-                    State(cl=CL))
+    fix = LogFix(rule="r", line="boom", gen=1, flag="--x", action="drop_flag", old_value="1",
+                 new_value=None, reason="why", argv_before=[], argv_after=[], node=1)
+    link.saw_action(Journal(fix), State(cl=CL))
     link.saw_action(Spawn(2, CL.argv), State(cl=CL, gen=2))
     status, body = link.beat({"rank": 1, "gen": 1, "reports": [
         {"kind": "line", "gen": 1, "text": "old news"},
@@ -80,10 +84,23 @@ def test_beat_passes_on_current_reports_only(
         {"kind": "exit", "gen": 2, "returncode": 1},  # the same generation: once is enough
     ]})
     assert status == 200
-    assert body["cause"] == {"event": "remediated", "gen": 1, "rule": "r", "node": 1}
+    assert body["cause"] == {"event": "remediated", "gen": 1, "rule": "r", "flag": "--x",
+                             "node": 1, "reason": "why"}
     got = [events.get_nowait() for _ in range(events.qsize())]
     assert got == [PeerLine(2, 1, "fatal"),
                    PeerDown(2, 1, "node 1 stalled in weight loading", "weight loading")]
+
+
+def test_the_leaders_give_up_cause_goes_to_its_workers(
+        leader: tuple[LeaderLink, queue.Queue[Event]]) -> None:
+    link, _ = leader
+    link.saw_action(Spawn(1, CL.argv), State(cl=CL))
+    link.join({"rank": 1, "digest": DIGEST.to_json()})
+    link.record(GaveUp(reason="crash loop: 3 failures", cause=GiveUpCause.CRASH_LOOP))
+    link.saw_action(Exit(EXIT_GIVE_UP, "crash loop: 3 failures"), State(cl=CL))
+    answer = reply_of(link.beat({"rank": 1, "gen": 1})[1])
+    assert answer.exit == (EXIT_GIVE_UP, "crash loop: 3 failures")
+    assert answer.exit_cause is GiveUpCause.CRASH_LOOP  # not `other`, whatever the wording
 
 
 def test_ready_is_withdrawn_when_the_leader_stops(
@@ -91,7 +108,7 @@ def test_ready_is_withdrawn_when_the_leader_stops(
     link, _ = leader
     link.saw_action(Spawn(1, CL.argv), State(cl=CL))
     link.join({"rank": 1, "digest": DIGEST.to_json()})
-    link.saw_action(Journal({"event": "ready", "gen": 1}), State(cl=CL))
+    link.saw_action(Journal(Ready(gen=1, argv=list(CL.argv))), State(cl=CL))
     assert link.beat({"rank": 1, "gen": 1})[1]["ready"] is True
     link.saw_action(Stop(1, "rule r"), State(cl=CL))
     assert link.beat({"rank": 1, "gen": 1})[1]["ready"] is False
@@ -108,7 +125,8 @@ def test_a_worker_reports_matching_lines_exits_and_a_stalled_start() -> None:
     link.saw_event(ChildLine(1, "stderr", "all fine", 8), state)
     oom = "torch.OutOfMemoryError: CUDA out of memory"  # as SGLang's log prints it
     link.saw_event(ChildLine(1, "stderr", oom, len(oom)), state)
-    link.saw_action(Journal({"event": "start.stalled", "stage": "cuda graph"}), state)
+    link.saw_action(Journal(StartStalled(gen=1, stage="cuda graph", line="", silent_s=9.0,
+                                         limit_s=5.0, action="restart")), state)
     link.saw_event(ChildExited(1, 42, -9), state)
     assert link._drain(0.0) == [
         {"kind": "line", "gen": 3, "text": oom},

@@ -133,7 +133,7 @@ def test_secrets_never_reach_the_journal() -> None:
     run.start()
     run.line(FA3_LINE)
     run.exited(1)
-    text = json.dumps([dict(a.record) for a in of(run.log, Journal)])
+    text = json.dumps([a.record.to_record() for a in of(run.log, Journal)])
     assert "sekrit-123" not in text
     assert "***" in text
     assert only(run.log[-5:], Spawn).argv[-1] == "sekrit-123"  # the child still gets it
@@ -320,7 +320,7 @@ def test_a_fix_named_later_in_the_burst_wins_over_a_repeat() -> None:
     run.line(DRAFT_LINE)  # fired before, nothing left to change: waits
     actions = run.line(FA3_LINE)
     assert record(actions, "remediated")["rule"] == "fa3-sm"
-    assert not any(r.record["event"] in ("restored", "give_up.planned")
+    assert not any(r.record.event in ("restored", "give_up.planned")
                    for r in of(actions, Journal))
     spawn = only(run.exited(1), Spawn)
     assert "--attention-backend" not in spawn.argv

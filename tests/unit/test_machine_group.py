@@ -8,6 +8,7 @@ from sglang_guard.core import machine
 from sglang_guard.core.actions import Exit, Probe, Schedule, Spawn, Stop
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import GroupExit, GroupReady, GroupRelaunch, PeerDown, PeerLine
+from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST
 from support.machinerun import (
     ARGV,
@@ -110,7 +111,7 @@ def test_a_held_worker_relaunches_at_once() -> None:
 
 def test_a_worker_ends_with_its_group() -> None:
     run = worker()
-    acts = run.send(GroupExit(EXIT_LEADER_LOST, "leader lost"))
+    acts = run.send(GroupExit(EXIT_LEADER_LOST, "leader lost", GiveUpCause.LEADER_LOST))
     assert only(acts, Stop)
     acts = run.exited(0)
     assert acts[-1] == Exit(EXIT_LEADER_LOST, "leader lost")

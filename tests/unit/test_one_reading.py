@@ -62,7 +62,7 @@ def live(lines: Sequence[str], argv: tuple[str, ...]) -> list[dict[str, object]]
         read, ends = tb.step(read, text)
         state, actions = machine.step(state, ChildLine(1, "stderr", text, len(text), ends), env,
                                       now, 0.5)
-        records += [dict(a.record) for a in actions if isinstance(a, Journal)]
+        records += [a.record.to_record() for a in actions if isinstance(a, Journal)]
         now += 0.01
     return records
 
@@ -143,13 +143,13 @@ def _launches(outputs: list[list[str]], restart: RestartSection
             read, ends = tb.step(read, text)
             line = ChildLine(state.gen, "stderr", text, 1, ends, tb.ends_frames(before, read))
             state, actions = machine.step(state, line, env, now, 0.5)
-            records += [dict(a.record) for a in actions if isinstance(a, Journal)]
+            records += [a.record.to_record() for a in actions if isinstance(a, Journal)]
         for name in ("settle",):
             state, actions = machine.step(state, Tick(name, state.gen), env, now + 3, 0.5)
-            records += [dict(a.record) for a in actions if isinstance(a, Journal)]
+            records += [a.record.to_record() for a in actions if isinstance(a, Journal)]
         state, actions = machine.step(state, ChildExited(state.gen, 100 + i, 1), env, now + 4,
                                       0.5)
-        records += [dict(a.record) for a in actions if isinstance(a, Journal)]
+        records += [a.record.to_record() for a in actions if isinstance(a, Journal)]
         exits += [a for a in actions if isinstance(a, Exit)]
         if exits:
             break
@@ -165,7 +165,9 @@ def test_two_identical_crash_lines_end_the_guard_with_that_line() -> None:
     assert spawns == 2  # never a third identical launch
     (done,) = exits
     assert done.code == 75 and "illegal memory access" in done.reason
-    assert next(r for r in records if r["event"] == "give_up")["line"] == other[2]
+    give_up = next(r for r in records if r["event"] == "give_up")
+    assert give_up["line"] == other[2]
+    assert give_up["cause"] == "repeated_crash"  # its own label, not `other` (issue 21)
 
 
 def test_different_crash_lines_are_retried_and_the_repeat_check_can_be_turned_off() -> None:

@@ -24,6 +24,7 @@ from sglang_guard.core.outcomes import FixKind, GiveUpCause, Phase
 from sglang_guard.shell.metrics import Metrics
 from support.machinerun import Run, make_env
 from support.pack import DRAFT_LINE, GIVE_UP_LINE
+from support.records import typed
 
 
 def _machine_phases() -> set[str]:
@@ -99,18 +100,31 @@ def _stalled() -> Run:
     return run
 
 
+def _repeated_crash() -> Run:
+    run = Run(env=make_env(max_failures=9))
+    run.start()
+    crash = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    for _ in range(2):  # the same crash line twice, with the same command line
+        run.send(ChildLine(run.gen, "stderr", crash, len(crash), True, exception=True))
+        run.exited(1)
+        if run.state.phase == "backoff":
+            run.backoff_then_spawn()
+    return run
+
+
 HISTORIES = {GiveUpCause.CRASH_LOOP: _crash_loop, GiveUpCause.FIX_NOT_HELD: _fix_not_held,
-             GiveUpCause.RULE: _rule, GiveUpCause.STALLED: _stalled}
+             GiveUpCause.RULE: _rule, GiveUpCause.STALLED: _stalled,
+             GiveUpCause.REPEATED_CRASH: _repeated_crash}
 
 
 def _records(run: Run) -> list[dict[str, Any]]:
-    return [dict(a.record) for a in run.log if isinstance(a, Journal)]
+    return [a.record.to_record() for a in run.log if isinstance(a, Journal)]
 
 
 def _label(records: list[dict[str, Any]]) -> str | None:
     snap, label = model.Snapshot(), None
     for t, record in enumerate(records):
-        snap, counts = model.on_record(snap, record, float(t), 1000.0 + t)
+        snap, counts = model.on_record(snap, typed(record), float(t), 1000.0 + t)
         label = counts.give_up or label
     return label
 
@@ -137,9 +151,12 @@ def test_changing_a_messages_wording_changes_no_label(cause: GiveUpCause, reword
     assert _label(reworded) == cause.value
 
 
-def test_a_give_up_without_a_known_cause_is_other() -> None:
-    assert _label([{"event": "give_up", "reason": "crash loop: 3 failures"}]) == "other"
-    assert _label([{"event": "give_up", "reason": "x", "cause": "no-such"}]) == "other"
+def test_a_cause_not_known_reads_as_other() -> None:
+    # what a peer sends (a leader's exit cause) is read with `of`: never an error
+    assert GiveUpCause.of("no-such") is GiveUpCause.OTHER
+    assert GiveUpCause.of(None) is GiveUpCause.OTHER
+    assert _label([{"event": "give_up", "reason": "crash loop: 3 failures",
+                    "cause": "other"}]) == "other"
 
 
 def test_a_worker_line_after_held_is_ignored_and_held_stays_held() -> None:

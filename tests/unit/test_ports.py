@@ -200,8 +200,8 @@ def _env() -> machine.Env:
 
 
 def _records(actions: list[Action], event: str) -> list[dict[str, Any]]:
-    return [dict(a.record) for a in actions if isinstance(a, Journal)
-            and a.record["event"] == event]
+    return [a.record.to_record() for a in actions if isinstance(a, Journal)
+            and a.record.event == event]
 
 
 class _Run:

@@ -57,12 +57,12 @@ class Run:
 
 
 def events(actions: list[Action]) -> list[str]:
-    return [str(a.record["event"]) for a in actions if isinstance(a, Journal)]
+    return [str(a.record.event) for a in actions if isinstance(a, Journal)]
 
 
 def record(actions: list[Action], name: str) -> dict[str, Any]:
-    (found,) = [dict(a.record) for a in actions if isinstance(a, Journal)
-                and a.record["event"] == name]
+    (found,) = [a.record.to_record() for a in actions if isinstance(a, Journal)
+                and a.record.event == name]
     return found
 
 

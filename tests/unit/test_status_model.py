@@ -15,6 +15,7 @@ from sglang_guard.core.guardconfig import (
     parse_listen,
 )
 from sglang_guard.errors import ConfigError
+from support.records import typed
 
 
 def fold(records: Iterable[Mapping[str, Any] | tuple[str, str]], snap: model.Snapshot | None = None
@@ -26,7 +27,7 @@ def fold(records: Iterable[Mapping[str, Any] | tuple[str, str]], snap: model.Sna
         if isinstance(item, tuple):
             snap = model.on_stop(snap, item[1])
             continue
-        snap, c = model.on_record(snap, item, float(t), 1000.0 + t)
+        snap, c = model.on_record(snap, typed(item), float(t), 1000.0 + t)
         counts.append(c)
     return snap, counts
 
@@ -85,7 +86,8 @@ def test_a_preflight_remediation_does_not_name_the_next_restart() -> None:
 
 
 def test_time_to_ready_is_from_the_launch_and_ready_sets_the_gauge() -> None:
-    snap, counts = fold([start(1), {"event": "x"}, {"event": "x"}, {"event": "ready", "gen": 1}])
+    snap, counts = fold([start(1), {"event": "stable", "gen": 0}, {"event": "stable", "gen": 0},
+                         {"event": "ready", "gen": 1}])
     assert counts[-1].time_to_ready == 3.0
     assert snap.ready
 
@@ -238,7 +240,7 @@ def test_fleet_records_count_and_status_names_the_fleet_fix_in_use() -> None:
     assert doc["fleet_fix"]["origin"]["guard"] == "node-1:abcd"
     assert doc["fleet_fix"]["edits"] == [{"flag": "--attention-backend", "action": "drop_flag",
                                           "old_value": "fa3", "new_value": None}]
-    snap, _ = model.on_record(snap, {"event": "fleet.known_bad"}, 9.0, 1009.0)
+    snap, _ = model.on_record(snap, typed({"event": "fleet.known_bad"}), 9.0, 1009.0)
     assert model.public(snap, 10.0, None)["fleet_fix"] is None
 
 

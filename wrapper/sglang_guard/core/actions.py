@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from sglang_guard.core.outcomes import JournalEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +42,9 @@ class Schedule:
 
 @dataclass(frozen=True, slots=True)
 class Journal:
-    """Append one event to the journal (and log it)."""
+    """Append one event to the journal (and log it); every listener hears it."""
 
-    record: Mapping[str, Any]
+    record: JournalEvent
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from sglang_guard.core.outcomes import GiveUpCause
+
 if TYPE_CHECKING:
     from sglang_guard.core.argv import CommandLine
 
@@ -140,10 +142,12 @@ class GroupReady:
 
 @dataclass(frozen=True, slots=True)
 class GroupExit:
-    """Worker: end as the group ends (the leader exited, or was lost)."""
+    """Worker: end as the group ends (the leader exited, or was lost), for this cause (the
+    leader's own give-up cause; `refused`: its launch cannot run here)."""
 
     code: int
     reason: str
+    cause: GiveUpCause
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from sglang_guard.core.edits import Edit, apply_edits, derived_path_for
 from sglang_guard.core.events import Event, GroupExit, GroupReady, GroupRelaunch
 from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, derived_port
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.outcomes import GiveUpCause
 from sglang_guard.core.redact import MASK, is_secret_dest
 from sglang_guard.core.sha import sha256
 from sglang_guard.errors import EXIT_LEADER_LOST, InputError
@@ -214,6 +215,7 @@ class Roster:
     reported: frozenset[tuple[int, int]] = frozenset()  # (gen, rank) already reported down
     ready: bool = False
     exit: tuple[int, str] | None = None  # the leader ended: workers end the same way
+    exit_cause: GiveUpCause = GiveUpCause.OTHER  # ... and the leader's give-up cause, if any
 
 
 def join(roster: Roster, rank: int, digest: Digest, now: float) -> tuple[Roster, list[str]]:
@@ -380,6 +382,7 @@ class Reply:
     ready: bool
     exit: tuple[int, str] | None
     cause: Mapping[str, Any] | None  # the leader's decision that started `gen`, if any
+    exit_cause: GiveUpCause = GiveUpCause.OTHER  # why the leader gave up (with `exit`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,11 +407,13 @@ def follow(f: Follower, reply: Reply | None, now: float, options: OptionTable,
         if now - f.last_ok <= f.lost_s:
             return f, []
         why = f"the group leader has not answered for {f.lost_s:g}s (group.leader_lost_s)"
-        return replace(f, done=True), [GroupExit(EXIT_LEADER_LOST, why)]
+        return replace(f, done=True), [GroupExit(EXIT_LEADER_LOST, why,
+                                                 GiveUpCause.LEADER_LOST)]
     f = replace(f, last_ok=now)
     if reply.exit is not None:
         code, reason = reply.exit
-        return replace(f, done=True), [GroupExit(code, f"the group leader exited: {reason}")]
+        return replace(f, done=True), [GroupExit(code, f"the group leader exited: {reason}",
+                                                 reply.exit_cause)]
     events: list[Event] = []
     if reply.gen > f.gen and reply.launch is not None:
         cl = worker_command_line(reply.launch, f.rank, options, f.derived_dir, own)

@@ -56,7 +56,31 @@ from sglang_guard.core.fixes import (
 from sglang_guard.core.guardconfig import HealthSection, RestartSection, StartSection
 from sglang_guard.core.logline import crash_signature
 from sglang_guard.core.options import OptionTable
-from sglang_guard.core.outcomes import GiveUpCause
+from sglang_guard.core.outcomes import (
+    NODE_TAGGED,
+    BackingOff,
+    ChildExit,
+    ChildStarted,
+    CrashDetected,
+    FixRefused,
+    GaveUp,
+    GiveUpCause,
+    GiveUpPlanned,
+    GroupExited,
+    GroupRelaunched,
+    JournalEvent,
+    LivenessFailed,
+    LogFix,
+    NodeDown,
+    Ready,
+    RestartPlanned,
+    Restored,
+    SignalSeen,
+    Stable,
+    StageStarted,
+    StartStalled,
+    UndoFix,
+)
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import (
     Fix,
@@ -129,6 +153,25 @@ class Refired:
 
     rule_id: str
     line: str
+
+
+@dataclass(frozen=True, slots=True)
+class Base:
+    """What every record about a log line's rule names: the rule, the line, the launch."""
+
+    rule: str
+    line: str
+    gen: int
+
+    def planned(self, reason: str, klass: str | None = None) -> GiveUpPlanned:
+        """The give-up this line's rule plans."""
+        return GiveUpPlanned(trigger="log", rule=self.rule, line=self.line, gen=self.gen,
+                             klass=klass, reason=reason)
+
+
+def _at_node(record: JournalEvent, node: int) -> JournalEvent:
+    """A worker's line decided on the leader: its records name the worker's rank."""
+    return replace(record, node=node) if isinstance(record, NODE_TAGGED) else record
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +262,7 @@ def _spawn(state: State, env: Env, cl: CommandLine, why: str) -> tuple[State, li
     new, watch = _watch_stall(new, env, env.start.limit("init"))
     return new, [
         Spawn(gen, cl.argv),
-        Journal({"event": "child.start", "gen": gen, "reason": why, "argv": argv}),
+        Journal(ChildStarted(gen=gen, reason=why, argv=argv)),
         Notify(status=f"loading (launch {gen})"),
         Schedule("ready_timeout", gen, env.restart.ready_timeout_s),
         *watch,
@@ -234,7 +277,7 @@ def _stop(state: State, pending: Pending, why: str) -> tuple[State, list[Action]
 def _on_signal(state: State, event: SignalReceived) -> tuple[State, list[Action]]:
     if event.signum == signal.SIGHUP:
         return state, [Reload("guard_config", None)]
-    journal = Journal({"event": "guard.signal", "signal": signal.Signals(event.signum).name})
+    journal = Journal(SignalSeen(signal=signal.Signals(event.signum).name))
     pending = Pending("exit", code=EXIT_OK, reason="stopped by signal")
     if state.phase in ("starting", "ready", "stopping"):
         new, actions = _stop(state, pending, "signal")
@@ -245,8 +288,8 @@ def _on_signal(state: State, event: SignalReceived) -> tuple[State, list[Action]
 def _on_command_changed(state: State, event: CommandChanged, env: Env
                         ) -> tuple[State, list[Action]]:
     """A config edit changed what SGLang would run: one graceful restart with the new line."""
-    journal = Journal({"event": "restart.planned", "reason": event.reason,
-                       "argv_after": redact_argv(event.cl.argv, env.options)})
+    journal = Journal(RestartPlanned(reason=event.reason,
+                                     argv_after=redact_argv(event.cl.argv, env.options)))
     if state.phase in ("starting", "ready"):
         new, actions = _stop(state, Pending("restart", cl=event.cl, reason=event.reason),
                              "config changed")
@@ -295,7 +338,7 @@ def _on_stage(state: State, stage: str, env: Env, now: float) -> tuple[State, li
         return replace(state, progress_at=now), []
     state = replace(state, progress_at=now, stage=stage)
     state, watch = _watch_stall(state, env, env.start.limit(stage))
-    return state, [Journal({"event": "start.stage", "gen": state.gen, "stage": stage}), *watch]
+    return state, [Journal(StageStarted(gen=state.gen, stage=stage)), *watch]
 
 
 def _on_stall_tick(state: State, event: Tick, env: Env, now: float
@@ -315,15 +358,15 @@ def _on_stall_tick(state: State, event: Tick, env: Env, now: float
     state = replace(state, stalled=stalled)
     reason = (f"start stalled: no progress in stage {stalled.stage} for {silent:.0f}s "
               f"(limit {limit:g}s; last line: {stalled.line[:200]!r})")
-    journal = Journal({"event": "start.stalled", "gen": state.gen, "stage": stalled.stage,
-                       "line": stalled.line, "silent_s": stalled.silent_s, "limit_s": limit,
-                       "action": env.start.on_stall})
+    journal = Journal(StartStalled(gen=state.gen, stage=stalled.stage, line=stalled.line,
+                                   silent_s=stalled.silent_s, limit_s=limit,
+                                   action=env.start.on_stall))
     notify = Notify(status=f"start stalled in {stalled.stage}")
     if env.start.on_stall == "give_up":
         pending = Pending("exit", code=EXIT_GIVE_UP, reason=reason, cause=GiveUpCause.STALLED)
         new, actions = _stop(state, pending, "start stalled")
-        return new, [journal, Journal({"event": "give_up.planned", "gen": state.gen,
-                                       "reason": reason}), notify, *actions]
+        return new, [journal, Journal(GiveUpPlanned(gen=state.gen, reason=reason)), notify,
+                     *actions]
     pending = Pending("restart", cl=state.cl, failure=True, reason=reason)
     new, actions = _stop(state, pending, "start stalled")
     return new, [journal, notify, *actions]
@@ -400,33 +443,31 @@ def _apply_fix(state: State, fix: Fix, line: str, env: Env) -> tuple[State, list
     rule = fix.rule
     fired = {**state.fired, rule.id: state.fired.get(rule.id, 0) + 1}
     state = replace(state, fired=fired, decided=fix)
-    base = {"trigger": "log", "rule": rule.id, "line": line, "gen": state.gen}
+    base = Base(rule.id, line, state.gen)
     match FIX_KINDS[fix.action].apply(fix, line):
         case EndGuard(code=code, exit_reason=exit_reason, reason=reason, klass=klass,
                       status=shown):
             pending = Pending("exit", code=code, reason=exit_reason, cause=GiveUpCause.RULE)
             new, actions = _stop(state, pending, f"rule {rule.id}")
-            journal = Journal({"event": "give_up.planned", **base,
-                               **({"class": klass} if klass is not None else {}),
-                               "reason": reason})
+            journal = Journal(base.planned(reason, klass=klass))
             notify = [Notify(status=shown)] if shown is not None else []
             return new, [journal, *notify, *actions]
         case UndoLastEdit() if state.before_fix is not None:
             before, flag = state.before_fix
-            journal = Journal({"event": "remediated", **base, "flag": flag, "action": "undo",
-                               "reason": f"SGLang {env.sglang_version or ''} rejects the guard's "
-                                         f"own change of {flag}; restoring the command line "
-                                         "before it",
-                               "argv_before": redact_argv(state.cl.argv, env.options),
-                               "argv_after": redact_argv(before.argv, env.options)})
+            journal = Journal(UndoFix(
+                rule=base.rule, line=base.line, gen=base.gen, flag=flag,
+                reason=f"SGLang {env.sglang_version or ''} rejects the guard's own change of "
+                       f"{flag}; restoring the command line before it",
+                argv_before=redact_argv(state.cl.argv, env.options),
+                argv_after=redact_argv(before.argv, env.options)))
             pending = Pending("restart", cl=before, reason="undo guard edit")
             new, actions = _stop(replace(state, before_fix=None), pending, f"rule {rule.id}")
             return new, [journal, *actions]
         case Relaunch(reason=reason):
             pending = Pending("restart", cl=state.cl, failure=True, reason=reason)
             new, actions = _stop(state, pending, f"rule {rule.id}")
-            return new, [Journal({"event": "crash.detected", **base, "reason": reason}),
-                         *actions]
+            return new, [Journal(CrashDetected(rule=base.rule, line=base.line, gen=base.gen,
+                                               reason=reason)), *actions]
         case PickFreePort():  # the port is picked once the child is gone, before the launch
             pending = Pending("restart", cl=state.cl, reason=rule.reason,
                               port_fix=PortFix(fix, line, state.gen))
@@ -463,14 +504,13 @@ def _edited(cl: CommandLine, flag: str | None, value: str | None, env: Env, *,
 
 
 def _remediated(before: CommandLine, after: CommandLine, fix: Fix, value: str | None, *,
-                base: Mapping[str, object], env: Env) -> Journal:
-    return Journal({
-        "event": "remediated", **base, "flag": fix.flag, "action": fix.action,
-        "old_value": fix.old_value, "new_value": value, "reason": fix.rule.reason,
-        **({"free_port": True, "busy_port": fix.busy_port} if fix.free_port else {}),
-        "argv_before": redact_argv(before.argv, env.options),
-        "argv_after": redact_argv(after.argv, env.options),
-    })
+                base: Base, env: Env) -> Journal:
+    return Journal(LogFix(
+        rule=base.rule, line=base.line, gen=base.gen, flag=fix.flag, action=fix.action,
+        old_value=fix.old_value, new_value=value, reason=fix.rule.reason,
+        free_port=bool(fix.free_port), busy_port=fix.busy_port if fix.free_port else None,
+        argv_before=redact_argv(before.argv, env.options),
+        argv_after=redact_argv(after.argv, env.options)))
 
 
 def _avoid(cl: CommandLine, fix: Fix) -> tuple[int, ...]:
@@ -488,7 +528,7 @@ def _on_port(state: State, event: PortChosen, env: Env) -> tuple[State, list[Act
         return state, []
     planned = pending.port_fix
     fix, rule = planned.fix, planned.fix.rule
-    base = {"trigger": "log", "rule": rule.id, "line": planned.line, "gen": planned.gen}
+    base = Base(rule.id, planned.line, planned.gen)
     new_cl, _ = (pending.cl, False) if event.port is None else \
         _edited(pending.cl, fix.flag, str(event.port), env)
     rejected = _new_problems(pending.cl, new_cl)
@@ -498,8 +538,8 @@ def _on_port(state: State, event: PortChosen, env: Env) -> tuple[State, list[Act
                f"{rule.id}: SGLang {env.sglang_version or ''} would reject {fix.flag} "
                f"{event.port} ({'; '.join(rejected)})").replace("SGLang  ", "SGLang ")
         done = replace(state, phase="done", pending=None)
-        return done, [Journal({"event": "give_up.planned", **base, "reason": why}),
-                      Journal({"event": "give_up", "reason": why, "cause": GiveUpCause.RULE}),
+        return done, [Journal(base.planned(why)),
+                      Journal(GaveUp(reason=why, cause=GiveUpCause.RULE)),
                       Exit(EXIT_GIVE_UP, why)]
     journal = _remediated(pending.cl, new_cl, fix, str(event.port), base=base, env=env)
     status = Notify(status=f"remediated {fix.flag} ({rule.id}): port {event.port}, restarting")
@@ -520,33 +560,32 @@ def _refuse_fix(state: State, fix: Fix, line: str, env: Env, rejected: tuple[str
     """The fix would give a command line SGLang's parser rejects: try the next one, or give up."""
     why = (f"{fix.rule.id}: SGLang {env.sglang_version or ''} would reject the edited command "
            f"line ({'; '.join(rejected)})").replace("SGLang  ", "SGLang ")
-    journal = Journal({"event": "fix.refused", "rule": fix.rule.id, "flag": fix.flag,
-                       "new_value": fix.new_value, "gen": state.gen, "reason": why})
+    journal = Journal(FixRefused(rule=fix.rule.id, flag=fix.flag, new_value=fix.new_value,
+                                 gen=state.gen, reason=why))
     nxt, _ = first_fix(env.matcher, line, _ctx(state, env), state.fired)
     if nxt is not None and not is_catch_all(nxt.rule):
         new, actions = _apply_fix(state, nxt, line, env)
         return new, [journal, *actions]
     pending = Pending("exit", code=EXIT_GIVE_UP, reason=why, cause=GiveUpCause.RULE)
     new, actions = _stop(state, pending, f"rule {fix.rule.id}")
-    return new, [journal, Journal({"event": "give_up.planned", "rule": fix.rule.id,
-                                   "line": line, "gen": state.gen, "reason": why}), *actions]
+    return new, [journal, Journal(GiveUpPlanned(rule=fix.rule.id, line=line, gen=state.gen,
+                                                reason=why)), *actions]
 
 
 def _repeat(state: State, rule_id: str, line: str, env: Env, actions: list[Action]
             ) -> tuple[State, list[Action]]:
     """A rule fired again after its fix: restore the last command line that worked, or give up."""
-    base = {"rule": rule_id, "line": line, "gen": state.gen}
     good = state.last_ready
     if good is not None and good.argv != state.cl.argv:
-        journal = Journal({"event": "restored", **base,
-                           "argv_after": redact_argv(good.argv, env.options),
-                           "reason": f"{rule_id} fired again after its fix; restoring the last "
-                                     "command line that reached ready"})
+        journal = Journal(Restored(rule=rule_id, line=line, gen=state.gen,
+                                   argv_after=redact_argv(good.argv, env.options),
+                                   reason=f"{rule_id} fired again after its fix; restoring the "
+                                          "last command line that reached ready"))
         new, more = _stop(state, Pending("restart", cl=good, reason="restore"), f"repeat {rule_id}")
         return new, [*actions, journal, *more]
     reason = (f"{rule_id} fired again after its fix was applied, and no earlier command line "
               "reached ready")
-    journal = Journal({"event": "give_up.planned", **base, "reason": reason})
+    journal = Journal(GiveUpPlanned(rule=rule_id, line=line, gen=state.gen, reason=reason))
     new, more = _stop(state, Pending("exit", code=EXIT_GIVE_UP, reason=reason,
                                      cause=GiveUpCause.FIX_NOT_HELD), f"repeat {rule_id}")
     return new, [*actions, journal, *more]
@@ -555,8 +594,7 @@ def _repeat(state: State, rule_id: str, line: str, env: Env, actions: list[Actio
 def _ready(state: State, env: Env) -> tuple[State, list[Action]]:
     new = replace(state, phase="ready", last_ready=state.cl, before_fix=None)
     return new, [
-        Journal({"event": "ready", "gen": state.gen,
-                 "argv": redact_argv(state.cl.argv, env.options)}),
+        Journal(Ready(gen=state.gen, argv=redact_argv(state.cl.argv, env.options))),
         Notify(ready=True, status="ready"),
         Schedule("stable", state.gen, env.restart.stable_after_s),
         *([Schedule("liveness", state.gen, env.health.liveness_interval_s)]
@@ -575,8 +613,7 @@ def _on_health(state: State, event: HealthResult, env: Env) -> tuple[State, list
                 Notify(watchdog=True),
                 Schedule("liveness", state.gen, env.health.liveness_interval_s)]
         streak = state.liveness_streak + 1
-        journal = Journal({"event": "liveness.failed", "gen": state.gen, "streak": streak,
-                           "detail": event.detail})
+        journal = Journal(LivenessFailed(gen=state.gen, streak=streak, detail=event.detail))
         if streak < env.health.liveness_failures:
             return replace(state, liveness_streak=streak), [
                 journal, Schedule("liveness", state.gen, env.health.liveness_interval_s)]
@@ -598,7 +635,7 @@ def _on_tick(state: State, event: Tick, env: Env) -> tuple[State, list[Action]]:
         # A long healthy run forgives the past: backoff and the rules' fire budgets restart
         # (a crash rule may fire again next week without ending in a give-up).
         return replace(state, attempt=0, fired={}, last_crash=None), [
-            Journal({"event": "stable", "gen": state.gen})]
+            Journal(Stable(gen=state.gen))]
     if name == "settle" and state.tentative is not None and state.phase in ("starting", "ready"):
         return _settle(state, env)
     if name == "ready_timeout" and state.phase == "starting" and env.role != "worker":
@@ -609,16 +646,15 @@ def _on_tick(state: State, event: Tick, env: Env) -> tuple[State, list[Action]]:
 
 def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: float
              ) -> tuple[State, list[Action]]:
-    journal: list[Action] = [Journal({"event": "child.exit", "gen": event.gen, "pid": event.pid,
-                                      "returncode": event.returncode})]
+    journal: list[Action] = [Journal(ChildExit(gen=event.gen, pid=event.pid,
+                                               returncode=event.returncode))]
     if state.tentative is not None and state.phase in ("starting", "ready"):
         state, acts = _settle(state, env)  # the child died before the settle window closed
         journal += [a for a in acts if not isinstance(a, Stop)]
     pending = state.pending
     if pending is not None and pending.kind == "exit":
         if pending.code in (EXIT_GIVE_UP, EXIT_ENVIRONMENT, EXIT_USAGE):  # journaled alike
-            journal.append(Journal({"event": "give_up", "reason": pending.reason,
-                                    "cause": pending.cause}))
+            journal.append(Journal(GaveUp(reason=pending.reason, cause=pending.cause)))
         return replace(state, phase="done"), [*journal, Exit(pending.code, pending.reason)]
     if pending is None and env.role == "worker":  # the leader counts it and says what next
         return replace(state, phase="held"), [
@@ -646,22 +682,22 @@ def _failure(state: State, env: Env, cl: CommandLine, reason: str, *, now: float
         why = (f"the same crash twice with the same command line: {line[:500]} "
                "(a third launch cannot change it)")
         done = replace(state, phase="done", failures=failures)
-        return done, [*journal, Journal({"event": "give_up", "reason": why, "line": line}),
+        return done, [*journal, Journal(GaveUp(reason=why, line=line,
+                                                cause=GiveUpCause.REPEATED_CRASH)),
                       Exit(EXIT_GIVE_UP, why)]
     state = replace(state, last_crash=crash)
     if len(failures) >= cfg.max_failures:
         why = f"crash loop: {len(failures)} failures within {cfg.window_s:g}s (last: {reason})"
         done = replace(state, phase="done", failures=failures)
-        return done, [*journal, Journal({"event": "give_up", "reason": why,
-                                         "cause": GiveUpCause.CRASH_LOOP}),
+        return done, [*journal, Journal(GaveUp(reason=why, cause=GiveUpCause.CRASH_LOOP)),
                       Exit(EXIT_GIVE_UP, why)]
     delay = backoff_delay(state.attempt, initial=cfg.backoff_initial_s, factor=cfg.backoff_factor,
                           maximum=cfg.backoff_max_s, jitter=jitter)
     new = replace(state, phase="backoff", failures=failures, attempt=state.attempt + 1,
                   pending=Pending("restart", cl=cl, failure=True, reason=reason), tentative=None)
     return new, [*journal,
-                 Journal({"event": "backoff", "delay_s": round(delay, 3), "reason": reason,
-                          "failures_in_window": len(failures)}),
+                 Journal(BackingOff(delay_s=round(delay, 3), reason=reason,
+                                    failures_in_window=len(failures))),
                  Notify(status=f"crashed ({reason}); restarting in {delay:.1f}s"),
                  Schedule("backoff", state.gen, delay)]
 
@@ -677,13 +713,12 @@ def _on_peer(state: State, event: PeerLine | PeerDown, env: Env, now: float
             return state, []
         line = ChildLine(state.gen, "stderr", event.text, len(event.text))
         new, actions = _on_line(state, line, env, now)
-        return new, [Journal({**a.record, "node": event.rank}) if isinstance(a, Journal) else a
+        return new, [Journal(_at_node(a.record, event.rank)) if isinstance(a, Journal) else a
                      for a in actions]
     if state.phase not in ("starting", "ready"):
         return state, []
-    journal = Journal({"event": "group.node_down", "gen": state.gen, "node": event.rank,
-                       "reason": event.reason,
-                       **({"stage": event.stage} if event.stage else {})})
+    journal = Journal(NodeDown(gen=state.gen, node=event.rank, reason=event.reason,
+                               stage=event.stage or None))
     pending = Pending("restart", cl=state.cl, failure=True, reason=event.reason)
     new, actions = _stop(state, pending, f"node {event.rank} down")
     return new, [journal, Notify(status=f"node {event.rank} down; restarting the group"),
@@ -696,16 +731,15 @@ def _on_group_order(state: State, event: GroupRelaunch | GroupReady | GroupExit,
     if isinstance(event, GroupReady):
         return _ready(state, env) if state.phase == "starting" else (state, [])
     if isinstance(event, GroupExit):
-        journal = Journal({"event": "group.exit", "code": event.code, "reason": event.reason})
-        pending = Pending("exit", code=event.code, reason=event.reason)
+        journal = Journal(GroupExited(code=event.code, reason=event.reason))
+        pending = Pending("exit", code=event.code, reason=event.reason, cause=event.cause)
         if state.phase in ("starting", "ready", "stopping"):
             new, actions = _stop(state, pending, "group exit")
             return new, [journal, Notify(status="stopping with the group"), *actions]
         return replace(state, phase="done"), [journal, Exit(event.code, event.reason)]
     why = f"group generation {event.group_gen}"
-    journal = Journal({"event": "group.relaunch", "group_gen": event.group_gen,
-                       "cause": dict(event.cause),
-                       "argv_after": redact_argv(event.cl.argv, env.options)})
+    journal = Journal(GroupRelaunched(group_gen=event.group_gen, cause=dict(event.cause),
+                                      argv_after=redact_argv(event.cl.argv, env.options)))
     if state.phase in ("starting", "ready"):
         new, actions = _stop(state, Pending("restart", cl=event.cl, reason=why), "group relaunch")
         return new, [journal, *actions]

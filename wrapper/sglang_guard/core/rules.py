@@ -25,6 +25,7 @@ from sglang_guard.core import tracebacks
 from sglang_guard.core.blockscan import BlockScan, unanchored
 from sglang_guard.core.fixes import FIX_KINDS, Fix, MatchContext
 from sglang_guard.core.logline import LINE_CAP, error_text
+from sglang_guard.core.outcomes import Advice
 from sglang_guard.core.rulepack import (
     RE2_OPTIONS,
     Conditions,
@@ -349,9 +350,8 @@ def advice_for(matcher: Matcher, line: str, ctx: MatchContext,
                  and _conditions_hold(r.conditions, ctx))
 
 
-def advice_record(rule: Rule, line: str, gen: int) -> dict[str, Any]:
+def advice_record(rule: Rule, line: str, gen: int) -> Advice:
     """The journal record of an advice rule that matched: what to read, nothing changed."""
-    return {"event": "advice", "trigger": "log", "rule": rule.id, "record": rule.record,
-            "line": line, "gen": gen, "reason": rule.reason, "explanation": rule.explanation,
-            "solutions": list(rule.solutions), "prevention": list(rule.prevention),
-            "source": rule.source}
+    return Advice(rule=rule.id, record=rule.record, line=line, gen=gen, reason=rule.reason,
+                  explanation=rule.explanation, solutions=list(rule.solutions),
+                  prevention=list(rule.prevention), source=rule.source)

@@ -1,6 +1,7 @@
-"""What the status port shows: a snapshot folded from journal records and loop steps, no I/O.
+"""What the status port shows: a snapshot folded from journal events and loop steps, no I/O.
 
-The journal already records everything that happens; `on_record` turns each record into
+The journal already records everything that happens; `on_record` matches each event's type
+(core/outcomes.py, never a record dict or its wording) and turns it into
 the next snapshot and the counts it adds (launches, restarts by cause, remediations,
 give-ups, reloads, time to ready). Times come in as arguments. A start-hang watcher needs
 no wiring of its own: journaling `start.stage` {stage} and `start.stalled` {stage, line}
@@ -13,7 +14,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sglang_guard.core.outcomes import FixKind, GiveUpCause
+from sglang_guard.core.outcomes import (
+    BackingOff,
+    ChildExit,
+    ChildStarted,
+    CrashDetected,
+    FixKind,
+    FleetChange,
+    FleetChanged,
+    FleetError,
+    FleetFix,
+    FleetLookup,
+    FleetRefused,
+    GaveUp,
+    GiveUpCause,
+    GiveUpPlanned,
+    GuardExit,
+    JournalEvent,
+    LogFix,
+    PreflightFinding,
+    Ready,
+    ReloadApplied,
+    ReloadRejected,
+    Restored,
+    StageStarted,
+    StartStalled,
+    UndoFix,
+)
 from sglang_guard.core.redact import redact_text
 
 # "held": a worker whose SGLang exited, waiting for its group's leader.
@@ -28,9 +55,8 @@ FLEET_KINDS = ("lookup", "hit", "known_bad_skip", "refused", "publish", "confirm
                "store_error")
 _FLEET_LOOKUP = {"hit": ("hit",), "known_bad": ("known_bad_skip",), "miss": (),
                  "error": ("store_error",), "unavailable": ("store_error",)}
-_FLEET_EVENTS = {"fleet.refused": ("lookup", "refused"), "fleet.published": ("publish",),
-                 "fleet.confirmed": ("confirm",), "fleet.known_bad": ("known_bad",),
-                 "fleet.error": ("store_error",)}
+_FLEET_CHANGES = {FleetChange.PUBLISHED: ("publish",), FleetChange.CONFIRMED: ("confirm",),
+                  FleetChange.KNOWN_BAD: ("known_bad",), FleetChange.SKIPPED: ()}
 # The machine's Stop reasons that name the cause themselves (others come from records).
 _STOP_CAUSES = {"liveness": "liveness", "ready timeout": "ready_timeout",
                 "config changed": "reload"}
@@ -108,53 +134,54 @@ def on_stalled(snap: Snapshot, stage: str) -> Snapshot:
     return replace(snap, stalled=stage, cause=snap.cause or "stalled")
 
 
-def on_record(snap: Snapshot, record: Mapping[str, Any], now: float, wall: float
+def on_record(snap: Snapshot, event: JournalEvent, now: float, wall: float
               ) -> tuple[Snapshot, Counts]:
-    """Fold one journal record into the snapshot; what it adds to the counters."""
-    event = str(record.get("event", ""))
-    if event == "child.start":
-        gen = int(record.get("gen", snap.generation + 1))
-        reason = "start" if gen <= 1 else (snap.cause or "crash")
-        new = replace(snap, generation=gen, child_up=True, launched_at=now, cause=None,
-                      stage=None, stalled=None, ready=False, backoff_until=None,
-                      argv=tuple(str(a) for a in record.get("argv", ())))
-        return new, Counts(launch=reason, restart=None if reason == "start" else reason)
-    if event == "child.exit":
-        return replace(snap, child_up=False, ready=False, cause=snap.cause or "crash"), Counts()
-    if event == "ready":
-        took = now - snap.launched_at if snap.launched_at is not None else None
-        return replace(snap, ready=True, started=True), Counts(time_to_ready=took)
-    if event in ("remediated", "restored"):
-        return _remediation(snap, record)
-    if event == "start.stage":  # a stage watcher saw SGLang enter a loading stage
-        return on_stage(snap, record.get("stage") and str(record.get("stage")), now), Counts()
-    if event == "start.stalled":  # ... or saw no progress within the stage's limit
-        return on_stalled(snap, str(record.get("stage") or "unknown")), Counts()
-    if event == "crash.detected":
-        return replace(snap, cause="crash"), Counts()
-    if event == "give_up.planned":
-        return replace(snap, planned_rule=record.get("rule") and str(record.get("rule"))
-                       ), Counts()
-    if event == "give_up":
-        reason = str(record.get("reason", ""))
-        cause = GiveUpCause.of(record.get("cause"))  # set where it is known, never parsed
-        return replace(snap, gave_up=reason), Counts(give_up=cause.value)
-    if event == "backoff":
-        delay = float(record.get("delay_s", 0.0))
-        return replace(snap, backoff_until=wall + delay), Counts()
-    if event == "reload.applied":
-        outcome = "restart" if record.get("restart") else "applied"
-        return snap, Counts(reload=outcome)
-    if event == "reload.rejected":
-        return snap, Counts(reload="rejected")
-    if event == "guard.exit":
-        return replace(snap, exit_code=int(record.get("code", 0))), Counts()
-    if event == "fleet.lookup":
-        return snap, Counts(fleet=("lookup", *_FLEET_LOOKUP.get(str(record.get("result")), ())))
-    if event in _FLEET_EVENTS:
-        if event == "fleet.known_bad":
-            snap = replace(snap, fleet_fix=None)  # no longer in use: the guard goes on alone
-        return snap, Counts(fleet=_FLEET_EVENTS[event])
+    """Fold one journal event into the snapshot; what it adds to the counters."""
+    match event:
+        case ChildStarted(gen=gen, argv=argv):
+            reason = "start" if gen <= 1 else (snap.cause or "crash")
+            new = replace(snap, generation=gen, child_up=True, launched_at=now, cause=None,
+                          stage=None, stalled=None, ready=False, backoff_until=None,
+                          argv=tuple(str(a) for a in argv))
+            return new, Counts(launch=reason, restart=None if reason == "start" else reason)
+        case ChildExit():
+            return replace(snap, child_up=False, ready=False, cause=snap.cause or "crash"
+                           ), Counts()
+        case Ready():
+            took = now - snap.launched_at if snap.launched_at is not None else None
+            return replace(snap, ready=True, started=True), Counts(time_to_ready=took)
+        case PreflightFinding() if not event.is_fix:
+            return snap, Counts()
+        case LogFix() | UndoFix() | PreflightFinding() | FleetFix() | Restored():
+            return _remediation(snap, event)
+        case StageStarted(stage=stage):  # a stage watcher saw SGLang enter a loading stage
+            return on_stage(snap, stage or None, now), Counts()
+        case StartStalled(stage=stage):  # ... or saw no progress within the stage's limit
+            return on_stalled(snap, stage or "unknown"), Counts()
+        case CrashDetected():
+            return replace(snap, cause="crash"), Counts()
+        case GiveUpPlanned(rule=rule):
+            return replace(snap, planned_rule=rule or None), Counts()
+        case GaveUp(reason=reason, cause=cause):  # the cause is set where it is known
+            return replace(snap, gave_up=reason), Counts(give_up=GiveUpCause(cause).value)
+        case BackingOff(delay_s=delay):
+            return replace(snap, backoff_until=wall + float(delay)), Counts()
+        case ReloadApplied(restart=restart):
+            return snap, Counts(reload="restart" if restart else "applied")
+        case ReloadRejected():
+            return snap, Counts(reload="rejected")
+        case GuardExit(code=code):
+            return replace(snap, exit_code=int(code)), Counts()
+        case FleetLookup(result=result):
+            return snap, Counts(fleet=("lookup", *_FLEET_LOOKUP.get(result, ())))
+        case FleetRefused():
+            return snap, Counts(fleet=("lookup", "refused"))
+        case FleetError():
+            return snap, Counts(fleet=("store_error",))
+        case FleetChanged(change=change):
+            if change == FleetChange.KNOWN_BAD:
+                snap = replace(snap, fleet_fix=None)  # no longer in use: the guard goes on alone
+            return snap, Counts(fleet=_FLEET_CHANGES[change])
     return snap, Counts()
 
 
@@ -169,27 +196,31 @@ def action_label(action: str) -> str:
     return ACTION_LABELS.get(action, action)
 
 
-def _fleet_fix(snap: Snapshot, record: Mapping[str, Any]) -> Snapshot:
+def _fleet_fix(snap: Snapshot, event: FleetFix) -> Snapshot:
     """A fleet fix applied before the first launch: /status names its key, origin and edits."""
-    edit = {k: record.get(k) for k in ("flag", "action", "old_value", "new_value")}
-    old = snap.fleet_fix if snap.fleet_fix and snap.fleet_fix.get("key") == record.get("key") \
+    edit = {"flag": event.flag, "action": event.action, "old_value": event.old_value,
+            "new_value": event.new_value}
+    old = snap.fleet_fix if snap.fleet_fix and snap.fleet_fix.get("key") == event.key \
         else None
     edits = [*(old["edits"] if old else []), edit]
-    return replace(snap, fleet_fix={"key": record.get("key"), "origin": record.get("origin"),
-                                    "edits": edits})
+    return replace(snap, fleet_fix={"key": event.key, "origin": event.origin, "edits": edits})
 
 
-def _remediation(snap: Snapshot, record: Mapping[str, Any]) -> tuple[Snapshot, Counts]:
-    trigger = str(record.get("trigger", "log"))
-    if trigger == "fleet":
-        snap = _fleet_fix(snap, record)
-    action = action_label(str(record.get("action", "restore" if record.get("event") ==
-                                                               "restored" else "")))
-    labels = (trigger, str(record.get("rule", "")), str(record.get("flag") or ""), action)
-    keep = ("trigger", "rule", "flag", "action", "old_value", "value", "new_value", "reason",
-            "argv_before", "argv_after", "gen", "ts")
-    last = {k: record[k] for k in keep if k in record}
-    last["event"] = record.get("event")
+# What /status shows of the last remediation: these keys of its journal record.
+_SHOWN = ("event", "trigger", "rule", "flag", "action", "old_value", "value", "new_value",
+          "reason", "argv_before", "argv_after", "gen")
+
+
+def _remediation(snap: Snapshot, event: LogFix | UndoFix | PreflightFinding | FleetFix | Restored
+                 ) -> tuple[Snapshot, Counts]:
+    trigger = "log" if isinstance(event, Restored) else event.trigger
+    if isinstance(event, FleetFix):
+        snap = _fleet_fix(snap, event)
+    action = action_label("restore" if isinstance(event, Restored) else event.action)
+    flag = None if isinstance(event, Restored) else event.flag
+    labels = (trigger, event.rule, flag or "", action)
+    record = event.to_record()  # /status shows the record as the journal has it
+    last = {k: record[k] for k in _SHOWN if k in record}
     # A preflight (or fleet) fix changes the first launch's line; a log fix ends the current
     # launch.
     cause = snap.cause if trigger in ("preflight", "fleet") else "fix"

@@ -6,10 +6,11 @@ does not answer is skipped with a journal line and the guard learns alone. A pro
 checked (schema, size, the release's option table, the deny list) and applied as a
 preflight fix: `remediated`, trigger `fleet`, with the entry's origin.
 
-While SGLang runs, `FleetObserver` reads the records the supervision loop already journals
-(no change to the machine): `ready` with a command line the guard's own fixes made is
-published as proven; `ready` with a fleet fix adds a confirmation; a launch with a fleet fix
-that ends before ready marks the entry known-bad and goes back to the user's command line.
+While SGLang runs, `FleetObserver` (a loop listener) reads the events the supervision loop
+already journals, by their types (no change to the machine): `ready` with a command line
+the guard's own fixes made is published as proven; `ready` with a fleet fix adds a
+confirmation; a launch with a fleet fix that ends before ready marks the entry known-bad and
+goes back to the user's command line.
 Every store call after the start runs on one worker thread: the loop never waits for it.
 """
 
@@ -31,13 +32,27 @@ from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.events import CommandChanged
 from sglang_guard.core.guardconfig import GuardConfig, LearnSection
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.outcomes import (
+    ChildExit,
+    FleetChange,
+    FleetChanged,
+    FleetError,
+    FleetFix,
+    FleetLookup,
+    FleetRefused,
+    GaveUp,
+    JournalEvent,
+    LogFix,
+    Ready,
+    SignalSeen,
+)
 from sglang_guard.core.redact import redact_argv, redact_record, redact_text
 from sglang_guard.core.rules import RulePack
 from sglang_guard.errors import ConfigError
 from sglang_guard.shell.fleetstore import Store, StoreError, open_store
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
-from sglang_guard.shell.observer import Observer
+from sglang_guard.shell.observer import Listener, Quiet
 
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
@@ -45,7 +60,7 @@ if TYPE_CHECKING:
     from sglang_guard.core.machine import Env, State
     from sglang_guard.shell.inputs import Prepared
 
-Sink = Callable[[Mapping[str, Any]], object]
+Sink = Callable[[JournalEvent], object]
 
 
 def guard_id(learn: LearnSection, state_dir: str) -> str:
@@ -106,14 +121,14 @@ class Fleet:
 
     # -- records --------------------------------------------------------------------------
 
-    def _say(self, record: dict[str, Any]) -> None:
+    def _say(self, event: JournalEvent) -> None:
         for sink in self._sinks:
             with contextlib.suppress(Exception):  # an onlooker's failure is not the fleet's
-                sink(record)
+                sink(event)
         if self.quiet:
             return
-        get_logger().info(str(record["event"]),
-                          **{k: v for k, v in record.items() if k != "event"})
+        record = event.to_record()
+        get_logger().info(record.pop("event"), **record)
 
     # -- before the first launch ------------------------------------------------------------
 
@@ -121,30 +136,31 @@ class Fleet:
         """`cl`, or `cl` with this key's proven entry applied (journaled through `sinks`)."""
         self.first = cl
         self._sinks = list(sinks)
-        base = {"key": self.name, "store": self.store.where}
+        key, store = self.name, self.store.where
         if not self.learn.consume:
             return cl
         done, got = bounded(lambda: self.store.get(self.name), self.learn.timeout_s)
         if not done:
-            self._say({"event": "fleet.lookup", **base, "result": "unavailable",
-                       "reason": f"no answer within {self.learn.timeout_s:g}s; learning alone"})
+            self._say(FleetLookup(key=key, store=store, result="unavailable",
+                                  reason=f"no answer within {self.learn.timeout_s:g}s; "
+                                         "learning alone"))
             return cl
         if isinstance(got, BaseException):
-            self._say({"event": "fleet.lookup", **base, "result": "error",
-                       "reason": f"{got}; learning alone"})
+            self._say(FleetLookup(key=key, store=store, result="error",
+                                  reason=f"{got}; learning alone"))
             return cl
         if got is None:
-            self._say({"event": "fleet.lookup", **base, "result": "miss"})
+            self._say(FleetLookup(key=key, store=store, result="miss"))
             return cl
         try:
             entry = core.decode_entry(got, self.name)
         except ValueError as exc:
-            self._say({"event": "fleet.refused", **base, "reason": f"malformed entry: {exc}"})
+            self._say(FleetRefused(key=key, store=store, reason=f"malformed entry: {exc}"))
             return cl
         if entry.status != "proven":
-            self._say({"event": "fleet.lookup", **base, "result": "known_bad",
-                       "origin": entry.origin.guard, "reason": "a fix tried and failed for "
-                       "these inputs; learning alone"})
+            self._say(FleetLookup(key=key, store=store, result="known_bad",
+                                  origin=entry.origin.guard, reason="a fix tried and failed "
+                                  "for these inputs; learning alone"))
             return cl
         found = core.problems(entry, self.options, self.allow)
         new: CommandLine | None = None
@@ -152,11 +168,11 @@ class Fleet:
             new, why = core.apply_entry(cl, entry, self.options, self.derived_dir)
             found = [why] if why else []
         if found or new is None:
-            self._say({"event": "fleet.refused", **base, "origin": entry.origin.guard,
-                       "reason": "; ".join(found)})
+            self._say(FleetRefused(key=key, store=store, origin=entry.origin.guard,
+                                   reason="; ".join(found)))
             return cl
-        self._say({"event": "fleet.lookup", **base, "result": "hit",
-                   "origin": entry.origin.guard, "confirmations": entry.confirmations})
+        self._say(FleetLookup(key=key, store=store, result="hit", origin=entry.origin.guard,
+                              confirmations=entry.confirmations))
         self._journal_fix(entry, cl, new)
         self.in_use = InUse(entry, new)
         return new
@@ -165,15 +181,14 @@ class Fleet:
         origin = {"guard": entry.origin.guard, "learned_at": entry.origin.learned_at,
                   "confirmations": entry.confirmations}
         for edit in entry.edits:
-            self._say({"event": "remediated", "trigger": "fleet", "rule": "fleet",
-                       "key": self.name, "flag": edit.flag, "action": edit.action,
-                       "old_value": edit.old_value, "new_value": edit.new_value,
-                       "reason": f"learned by {entry.origin.guard} at {entry.origin.learned_at} "
-                                 f"(rules {', '.join(entry.rules) or 'none'}; confirmed "
-                                 f"{entry.confirmations} times)",
-                       "origin": origin,
-                       "argv_before": redact_argv(before.argv, self.options),
-                       "argv_after": redact_argv(after.argv, self.options)})
+            self._say(FleetFix(
+                key=self.name, flag=edit.flag, action=edit.action, old_value=edit.old_value,
+                new_value=edit.new_value,
+                reason=f"learned by {entry.origin.guard} at {entry.origin.learned_at} "
+                       f"(rules {', '.join(entry.rules) or 'none'}; confirmed "
+                       f"{entry.confirmations} times)",
+                origin=origin, argv_before=redact_argv(before.argv, self.options),
+                argv_after=redact_argv(after.argv, self.options)))
 
     def reapply(self, prepared: Prepared) -> Prepared:
         """A reload re-prepared the launch: the fleet fix in use stays in it."""
@@ -196,10 +211,9 @@ class Fleet:
             try:
                 job()
             except StoreError as exc:
-                self._say({"event": "fleet.error", "key": self.name, "store": self.store.where,
-                           "error": str(exc)})
+                self._say(FleetError(key=self.name, store=self.store.where, error=str(exc)))
             except Exception as exc:  # the fleet never takes the guard down
-                self._say({"event": "fleet.error", "key": self.name, "error": repr(exc)})
+                self._say(FleetError(key=self.name, error=repr(exc)))
 
     def close(self, timeout: float) -> None:
         """Let queued store calls finish (bounded: a dead store costs at most `timeout`)."""
@@ -225,10 +239,10 @@ class Fleet:
             return None if decision.entry is None else decision.entry.encode()
 
         self.store.update(self.name, change)
-        if said and said[0].event:
+        if said and (change_ := said[0].event) is not None:
             d = said[0]
-            self._say({"event": d.event, "key": self.name, "store": self.store.where,
-                       **({"status": d.entry.status} if d.entry else {}), **d.more})
+            self._say(FleetChanged(change=change_, key=self.name, store=self.store.where,
+                                   status=d.entry.status if d.entry else None, more=d.more))
 
     def publish(self, ready: CommandLine, rules: Sequence[str], lines: Sequence[str],
                 launches: int) -> None:
@@ -248,11 +262,11 @@ class Fleet:
         def decide(old: core.Entry | None) -> Decision:
             if old is not None and old.edits == entry.edits:
                 if old.status == "known_bad":
-                    return Decision(None, "fleet.skipped", {
+                    return Decision(None, FleetChange.SKIPPED, {
                         "reason": "the same fix is known-bad for these inputs"})
-                return Decision(old.confirmed(), "fleet.confirmed",
+                return Decision(old.confirmed(), FleetChange.CONFIRMED,
                                 {"confirmations": old.confirmations + 1})
-            return Decision(entry, "fleet.published", {"edits": len(entry.edits)})
+            return Decision(entry, FleetChange.PUBLISHED, {"edits": len(entry.edits)})
 
         self.submit(lambda: self._update(decide))
 
@@ -275,7 +289,7 @@ class Fleet:
         def decide(old: core.Entry | None) -> Decision:
             if old is not None and old.status == "proven":
                 return Decision(None, None)
-            return Decision(entry, "fleet.known_bad", {"edits": len(entry.edits)})
+            return Decision(entry, FleetChange.KNOWN_BAD, {"edits": len(entry.edits)})
 
         self.submit(lambda: self._update(decide))
 
@@ -289,7 +303,7 @@ class Fleet:
             old = old or in_use.entry
             if old.edits != in_use.entry.edits:
                 return Decision(None, None)  # replaced meanwhile: nothing of ours to confirm
-            return Decision(old.confirmed(), "fleet.confirmed",
+            return Decision(old.confirmed(), FleetChange.CONFIRMED,
                             {"confirmations": old.confirmations + 1})
 
         self.submit(lambda: self._update(decide))
@@ -307,7 +321,7 @@ class Fleet:
             old = old or in_use.entry
             if old.edits != in_use.entry.edits:
                 return Decision(None, None)
-            return Decision(old.known_bad(self.guard), "fleet.known_bad", {})
+            return Decision(old.known_bad(self.guard), FleetChange.KNOWN_BAD, {})
 
         self.submit(lambda: self._update(decide))
 
@@ -317,7 +331,7 @@ class Decision:
     """What a store update writes (None: nothing) and the record it journals (None: none)."""
 
     entry: core.Entry | None
-    event: str | None
+    event: FleetChange | None
     more: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -326,10 +340,10 @@ def _gpu(key: core.FleetKey) -> str | None:
     return " ".join(parts) or None
 
 
-class FleetObserver:
+class FleetObserver(Quiet):
     """The loop's observer, teed: the status port sees everything, the fleet reads along."""
 
-    def __init__(self, inner: Observer, fleet: Fleet) -> None:
+    def __init__(self, inner: Listener, fleet: Fleet) -> None:
         self.inner = inner
         self.fleet = fleet
         self._events: queue.Queue[Event] | None = None
@@ -341,43 +355,54 @@ class FleetObserver:
         self._rules: list[str] = []
         self._lines: list[str] = []
 
-    def attach(self, events: queue.Queue[Event]) -> None:
+    def start(self, events: queue.Queue[Event]) -> None:
         """Keep the queue (a known-bad fix sends the user's command line back through it)."""
         self._events = events
-        self.inner.attach(events)
+        self.inner.start(events)
 
-    def step(self, state: State, env: Env, actions: Sequence[Action]) -> None:
+    def saw_event(self, event: Event, state: State) -> None:
+        """Pass it on."""
+        self.inner.saw_event(event, state)
+
+    def stepped(self, state: State, env: Env, actions: Sequence[Action]) -> None:
         """Remember the machine's command line: a `ready` record comes right after."""
         self._cl = state.cl
         self._gen = state.gen
-        self.inner.step(state, env, actions)
+        self.inner.stepped(state, env, actions)
 
-    def record(self, record: Mapping[str, Any]) -> None:
+    def saw_action(self, action: Action, state: State) -> None:
+        """Pass it on."""
+        self.inner.saw_action(action, state)
+
+    def record(self, event: JournalEvent) -> None:
         """Pass it on; act on ready, remediations, signals and exits."""
-        self.inner.record(record)
+        self.inner.record(event)
         with contextlib.suppress(Exception):  # the fleet never breaks the loop
-            self._read(record)
+            self._read(event)
 
-    def _read(self, record: Mapping[str, Any]) -> None:
-        event = record.get("event")
+    def close(self) -> None:
+        """Pass it on."""
+        self.inner.close()
+
+    def _read(self, event: JournalEvent) -> None:
         fleet = self.fleet
-        if event == "remediated" and record.get("trigger") == "log":
-            self._rules.append(str(record.get("rule", "")))
-            self._lines.append(str(record.get("line", "")))
-            if fleet.in_use is not None and record.get("gen") == fleet.in_use.gen:
+        if isinstance(event, LogFix):
+            self._rules.append(event.rule)
+            self._lines.append(event.line)
+            if fleet.in_use is not None and event.gen == fleet.in_use.gen:
                 self._log_fixed = True
-        elif event == "guard.signal":
+        elif isinstance(event, SignalSeen):
             self._signalled = True
-        elif event == "give_up" and not self._ready and self._cl is not None:
+        elif isinstance(event, GaveUp) and not self._ready and self._cl is not None:
             fleet.gave_up(self._cl, self._rules, self._lines, self._gen)
-        elif event == "ready" and not self._ready and self._cl is not None:
+        elif isinstance(event, Ready) and not self._ready and self._cl is not None:
             self._ready = True
             if fleet.in_use is not None and self._cl.argv == fleet.in_use.cl.argv:
                 fleet.confirm()
             elif fleet.in_use is None:
                 fleet.publish(self._cl, self._rules, self._lines, max(0, self._gen - 1))
-        elif event == "child.exit" and not self._ready and not self._signalled \
-                and fleet.in_use is not None and record.get("gen") == fleet.in_use.gen:
+        elif isinstance(event, ChildExit) and not self._ready and not self._signalled \
+                and fleet.in_use is not None and event.gen == fleet.in_use.gen:
             fleet.mark_known_bad()
             first = fleet.first
             if not self._log_fixed and first is not None and self._events is not None:
@@ -424,15 +449,15 @@ def check_view(cfg: GuardConfig, state_dir: str, prepared: Prepared) -> dict[str
     fleet = open_fleet(cfg, state_dir, prepared, load_packs(cfg, prepared.options))
     if fleet is None:
         return None
-    records: list[Mapping[str, Any]] = []
+    said: list[JournalEvent] = []
     fleet.quiet = True  # `check` prints its own lines, no log records
-    after = fleet.before_launch(prepared.cl, [records.append])
+    after = fleet.before_launch(prepared.cl, [said.append])
     lines = []
-    for r in records:
-        if r["event"] == "remediated":
-            continue
-        lines.append(f"fleet: {r['event'].removeprefix('fleet.')} {r.get('result', '')} "
-                     f"{r.get('reason', '')}".replace("  ", " ").strip())
+    for event in said:
+        if isinstance(event, FleetLookup | FleetRefused):
+            result = event.result if isinstance(event, FleetLookup) else ""
+            lines.append(f"fleet: {event.event.removeprefix('fleet.')} {result} "
+                         f"{event.reason or ''}".replace("  ", " ").strip())
     if fleet.in_use is not None:
         e = fleet.in_use.entry
         edits = "; ".join(f"{x.action} {x.flag} {x.new_value or x.old_value or ''}".strip()
@@ -442,5 +467,5 @@ def check_view(cfg: GuardConfig, state_dir: str, prepared: Prepared) -> dict[str
     return {"key": fleet.name, "store": redact_text(fleet.store.where),
             "applied": fleet.in_use is not None,
             "argv_after": redact_argv(after.argv, prepared.options) if fleet.in_use else None,
-            "records": [redact_record(r) for r in records],
+            "records": [redact_record(event.to_record()) for event in said],
             "lines": [redact_text(line) for line in lines]}

@@ -21,14 +21,15 @@ from sglang_guard.core.facts import GpuFacts
 from sglang_guard.core.groupauth import check_secret
 from sglang_guard.core.guardconfig import GroupSection
 from sglang_guard.core.machine import Env
+from sglang_guard.core.outcomes import ReloadApplied
 from sglang_guard.errors import InputError
 from sglang_guard.shell.files import read_bytes
 from sglang_guard.shell.groupleader import LeaderLink, Learned, Record
-from sglang_guard.shell.groupwire import Link
 from sglang_guard.shell.groupworker import WorkerLink
+from sglang_guard.shell.observer import Listener
 from sglang_guard.shell.reloader import ReloadOutcome
 
-__all__ = ["Learned", "Link", "local_digest", "open_group", "worker_reload"]
+__all__ = ["Learned", "local_digest", "open_group", "worker_reload"]
 
 Reload = Callable[[str, "str | None", Env], ReloadOutcome]
 MAX_SECRET = 4096  # bytes a secret file may hold
@@ -121,7 +122,7 @@ def group_secret(cfg: GroupSection) -> bytes | None:
 def open_group(spec: core.GroupSpec, cfg: GroupSection, cl: CommandLine, gpu: GpuFacts,
                env: Env, *, state_dir: str, policy: object = None,
                allow_set: Collection[str] = (), record: Record | None = None
-               ) -> tuple[Link, CommandLine, Env, CommandLine | None]:
+               ) -> tuple[Listener, CommandLine, Env, CommandLine | None]:
     """Lead or join: the link, the command line to launch first, the machine's Env, and the
     learned command line the leader replays (None: none). `record`: the journal's write."""
     secret = group_secret(cfg)
@@ -149,6 +150,9 @@ def worker_reload(reload: Reload) -> Reload:
         if outcome.cl is None:
             return outcome
         note = "a group worker launches what its leader launches; restart the group to apply it"
-        return replace(outcome, cl=None, record={**outcome.record, "note": note})
+        record = outcome.record
+        if isinstance(record, ReloadApplied):
+            record = replace(record, note=note)
+        return replace(outcome, cl=None, record=record)
 
     return wrapped

@@ -30,23 +30,39 @@ from sglang_guard.core.events import Event, PeerDown, PeerLine
 from sglang_guard.core.guardconfig import GroupSection
 from sglang_guard.core.machine import State
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.outcomes import (
+    BackingOff,
+    CrashDetected,
+    GaveUp,
+    GiveUpCause,
+    GroupRejected,
+    JournalEvent,
+    LearnedRefused,
+    LogFix,
+    NodeDown,
+    Ready,
+    Restored,
+    UndoFix,
+)
 from sglang_guard.core.packcheck import INTERNAL_PORTS, is_denied
 from sglang_guard.errors import EXIT_LEADER_LOST, GiveUp, GuardError
 from sglang_guard.shell.files import read_bytes, write_atomic
 from sglang_guard.shell.groupwire import Clock
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.observer import Quiet
 from sglang_guard.shell.statusserver import Connections, connection_cap, tracker
 
 # The leader's decisions that start a new generation; a worker's journal names the one behind
 # its relaunch (event, generation, rule, node), so the leader's record is found from it.
-DECISIONS = ("remediated", "restored", "crash.detected", "group.node_down", "backoff")
+DECISIONS = (LogFix, UndoFix, Restored, CrashDetected, NodeDown, BackingOff)
+CAUSE_KEYS = ("event", "gen", "rule", "flag", "node", "reason")  # what the wire carries of it
 REQUEST_TIMEOUT_S = 10.0  # the longest a peer may take to send one request
 NOTE_EVERY_S = 10.0  # refused requests of one reason are journaled at most this often
-Record = Callable[[Mapping[str, Any]], object]  # the journal's write
+Record = Callable[[JournalEvent], object]  # the journal's write
 ABSENT = "<absent>"
 
 
-class LeaderLink:
+class LeaderLink(Quiet):
     """Rank 0's guard: admits workers, hears their lines and exits, publishes each launch."""
 
     def __init__(self, spec: core.GroupSpec, cfg: GroupSection, digest: core.Digest,
@@ -67,6 +83,7 @@ class LeaderLink:
         self._cause: dict[str, Any] | None = None  # the decision behind the current generation
         self._last: dict[str, Any] | None = None  # the latest decision, until the next launch
         self._heard_exit: set[int] = set()
+        self._gave_up = GiveUpCause.OTHER  # the cause of the leader's give-up, once journaled
         self._events: queue.Queue[Event] | None = None
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -101,19 +118,25 @@ class LeaderLink:
                 self._launch = core.masked_launch(state.cl, self.derived_dir)
                 self._cause, self._last = self._last, None
             elif isinstance(action, Journal):
-                event = action.record.get("event")
-                if event == "ready":
+                event = action.record
+                if isinstance(event, Ready):
                     self._roster = replace(self._roster, ready=True)
                     if self.learned is not None:
                         self.learned.reached_ready(state.cl)
-                elif event in DECISIONS and self._last is None:
-                    self._last = {k: action.record[k] for k in
-                                  ("event", "gen", "rule", "flag", "node", "reason")
-                                  if k in action.record}
+                elif isinstance(event, DECISIONS) and self._last is None:
+                    record = event.to_record()  # the wire carries the journal's spelling
+                    self._last = {k: record[k] for k in CAUSE_KEYS if k in record}
             elif isinstance(action, Stop):  # no longer ready: a worker must not turn ready
                 self._roster = replace(self._roster, ready=False)
             elif isinstance(action, Exit):
-                self._roster = replace(self._roster, exit=(action.code, action.reason))
+                self._roster = replace(self._roster, exit=(action.code, action.reason),
+                                       exit_cause=self._gave_up)
+
+    def record(self, event: JournalEvent) -> None:
+        """A give-up's cause: the workers give up for the same one."""
+        if isinstance(event, GaveUp):
+            with self._lock:
+                self._gave_up = event.cause
 
     def close(self) -> None:
         """Let every worker hear how the leader ended (bounded), then stop serving."""
@@ -147,7 +170,8 @@ class LeaderLink:
 
     def _answer(self) -> dict[str, Any]:
         r = self._roster
-        return {"gen": r.gen, "ready": r.ready, "exit": list(r.exit) if r.exit else None,
+        return {"gen": r.gen, "ready": r.ready,
+                "exit": [*r.exit, r.exit_cause.value] if r.exit else None,
                 "launch": self._launch.to_json() if self._launch else None, "cause": self._cause}
 
     def join(self, body: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -216,8 +240,8 @@ class LeaderLink:
                 return
             self._noted[reason] = (now, 0)
         if self._record is not None:
-            self._record({"event": "group.rejected", "peer": peer, "path": path[:100],
-                          "status": status, "reason": reason[:300], "suppressed": suppressed})
+            self._record(GroupRejected(peer=peer, path=path[:100], status=status,
+                                       reason=reason[:300], suppressed=suppressed))
 
     def _noted_error(self, peer: str, exc: BaseException) -> None:
         self.rejected(peer, "", 400, f"{type(exc).__name__}: {exc}")
@@ -374,7 +398,7 @@ class Learned:
 
     def _refuse(self, why: str) -> CommandLine | None:
         if self._record is not None:
-            self._record({"event": "learned.refused", "path": str(self.path), "reason": why})
+            self._record(LearnedRefused(path=str(self.path), reason=why))
         return None
 
     def reached_ready(self, cl: CommandLine) -> None:

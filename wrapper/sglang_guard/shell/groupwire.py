@@ -1,37 +1,19 @@
-"""The group's wire: what the supervisor calls on a link, and one JSON POST between guards."""
+"""The group's wire: one JSON POST between guards (a link is a loop `Listener`, see
+shell/observer.py)."""
 
 from __future__ import annotations
 
 import http.client
-import queue
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from sglang_guard.core import group as core
 from sglang_guard.core import groupauth as auth
-from sglang_guard.core.actions import Action
-from sglang_guard.core.events import Event
-from sglang_guard.core.machine import State
+from sglang_guard.core.outcomes import GiveUpCause
 
 Clock = Callable[[], float]
-
-
-class Link(Protocol):
-    """What the supervisor calls: start with its queue, see events and actions, close."""
-
-    def start(self, events: queue.Queue[Event]) -> None:
-        """Start the link's threads; they put events on `events`."""
-
-    def saw_event(self, event: Event, state: State) -> None:
-        """An event is about to be stepped."""
-
-    def saw_action(self, action: Action, state: State) -> None:
-        """An action is about to be carried out (`state`: the machine's state after the step)."""
-
-    def close(self) -> None:
-        """Stop the threads (the leader first lets its workers hear how it ended)."""
 
 
 # -- HTTP -----------------------------------------------------------------------------------
@@ -80,4 +62,7 @@ def reply_of(data: Mapping[str, Any]) -> core.Reply:
         ready=bool(data.get("ready")),
         exit=(int(exit_[0]), str(exit_[1])) if isinstance(exit_, list) else None,
         cause=data.get("cause") if isinstance(data.get("cause"), dict) else None,
+        # the leader's give-up cause (a leader before it was sent: other)
+        exit_cause=GiveUpCause.of(exit_[2]) if isinstance(exit_, list) and len(exit_) > 2
+        else GiveUpCause.OTHER,
     )

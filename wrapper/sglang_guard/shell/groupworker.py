@@ -16,15 +16,15 @@ from sglang_guard.core.events import ChildExited, ChildLine, Event, GroupExit, G
 from sglang_guard.core.guardconfig import GroupSection
 from sglang_guard.core.machine import State
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.outcomes import GiveUpCause, StartStalled
 from sglang_guard.core.rules import Matcher
 from sglang_guard.errors import EXIT_REFUSED, GuardError, LeaderLost, Refused
 from sglang_guard.shell.groupwire import UNPROVEN, Clock, post, reply_of
 from sglang_guard.shell.logsetup import get_logger
+from sglang_guard.shell.observer import Quiet
 
-STALLED = "start.stalled"  # the start-hang watcher's event (issue 12): passed to the leader
 
-
-class WorkerLink:
+class WorkerLink(Quiet):
     """A worker's guard: joins its leader, reports its lines and exits, follows the answers."""
 
     def __init__(self, spec: core.GroupSpec, cfg: GroupSection, digest: core.Digest, *,
@@ -106,9 +106,10 @@ class WorkerLink:
         """Remember which group generation each launch belongs to; pass on a stalled start."""
         if isinstance(action, Spawn):
             self._gen_of[action.gen] = self._launching
-        elif isinstance(action, Journal) and action.record.get("event") == STALLED:
+        elif isinstance(action, Journal) and isinstance(action.record, StartStalled):
+            # the start-hang watcher's event (issue 12): passed to the leader
             self._report({"kind": "stalled", "gen": self._gen_of.get(state.gen, -1),
-                          "stage": action.record.get("stage")})
+                          "stage": action.record.stage})
 
     def close(self) -> None:
         """Stop the heartbeat."""
@@ -147,7 +148,7 @@ class WorkerLink:
                                                      self.options, self.own)
             except (ValueError, GuardError) as exc:  # a launch that cannot run here
                 self._put(GroupExit(EXIT_REFUSED, f"the group leader's launch cannot run "
-                                                  f"here: {exc}"))
+                                                  f"here: {exc}", GiveUpCause.REFUSED))
                 return
             for event in events:
                 self._put(event)
@@ -164,7 +165,7 @@ class WorkerLink:
         got = self._post("/group/join", body)
         if got is not None and got[0] == 409:
             why = "the group leader refused this node: " + "; ".join(got[1].get("refused", []))
-            self._put(GroupExit(EXIT_REFUSED, why))
+            self._put(GroupExit(EXIT_REFUSED, why, GiveUpCause.REFUSED))
             return None
         if got is not None and got[0] == 200:
             self.log.info("group.rejoined", gen=got[1].get("gen"))

@@ -9,10 +9,11 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from sglang_guard.core.outcomes import JournalEvent
 from sglang_guard.core.redact import redact_record
 from sglang_guard.errors import ConfigError
 
@@ -42,12 +43,12 @@ class Journal:
                               f"state dir is not writable ({exc.strerror})") from None
         return journal
 
-    def write(self, record: Mapping[str, Any]) -> bool:
-        """Append one event (with `ts`); False when it could not be stored."""
+    def write(self, event: JournalEvent) -> bool:
+        """Append one event (its record, with `ts`); False when it could not be stored."""
         if self._fd is None:
             return False
         now = dt.datetime.now(dt.UTC).isoformat(timespec="milliseconds")
-        line = json.dumps({"ts": now, **redact_record(record)}, default=str) + "\n"
+        line = json.dumps({"ts": now, **redact_record(event.to_record())}, default=str) + "\n"
         try:
             os.write(self._fd, line.encode())
             os.fsync(self._fd)

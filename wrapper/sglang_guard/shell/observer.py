@@ -1,46 +1,69 @@
-"""What the supervision loop tells an onlooker (the status port): three calls, no replies.
+"""What the supervision loop tells those who follow it: one `Listener` interface, no replies.
 
-The loop calls `attach` once, `step` after every machine step and `record` for every
-journal record; an observer must return quickly and never raise. `NO_OBSERVER` does
-nothing, so the loop runs the same with the status port off.
+The status board (shell/status.py), fleet memory (shell/fleet.py), a group's leader or worker
+link (shell/groupleader.py, shell/groupworker.py) and the journal writer are all listeners
+of the loop (shell/supervisor.py): it calls `start` once with its queue, `saw_event` before
+each machine step, `stepped` after it, `saw_action` before each action, `record` for every
+journal event (one fan-out: `Supervisor._record`), and `close` when the loop ends. A
+listener must return quickly; `Quiet` does nothing, so a listener implements only what it
+needs, and `NO_OBSERVER` lets the loop run the same with the status port off.
 """
 
 from __future__ import annotations
 
 import queue
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
     from sglang_guard.core.events import Event
     from sglang_guard.core.machine import Env, State
+    from sglang_guard.core.outcomes import JournalEvent
 
 
-class Observer(Protocol):
-    """The hooks the supervisor and the runner call."""
+class Listener(Protocol):
+    """The hooks the supervisor (and, for preflight's records, the runner) calls."""
 
-    def attach(self, events: queue.Queue[Event]) -> None:
-        """The loop's event queue (for /livez: an event the loop must take)."""
+    def start(self, events: queue.Queue[Event]) -> None:
+        """The loop's event queue (a link's threads, /livez: events the loop must take)."""
 
-    def step(self, state: State, env: Env, actions: Sequence[Action]) -> None:
+    def saw_event(self, event: Event, state: State) -> None:
+        """An event is about to be stepped."""
+
+    def stepped(self, state: State, env: Env, actions: Sequence[Action]) -> None:
         """The machine stepped: its new state and the actions about to be carried out."""
 
-    def record(self, record: Mapping[str, Any]) -> None:
-        """A journal record (written or not: the journal may be unavailable)."""
+    def saw_action(self, action: Action, state: State) -> None:
+        """An action is about to be carried out (`state`: the machine's state after the step)."""
+
+    def record(self, event: JournalEvent) -> None:
+        """A journal event (written or not: the journal may be unavailable)."""
+
+    def close(self) -> None:
+        """The loop ended (a leader lets its workers hear how)."""
 
 
-class _Nothing:
-    """An observer that ignores everything."""
+class Quiet:
+    """A listener that ignores everything: the base of those that need only some hooks."""
 
-    def attach(self, events: queue.Queue[Event]) -> None:
+    def start(self, events: queue.Queue[Event]) -> None:
         """Ignore."""
 
-    def step(self, state: State, env: Env, actions: Sequence[Action]) -> None:
+    def saw_event(self, event: Event, state: State) -> None:
         """Ignore."""
 
-    def record(self, record: Mapping[str, Any]) -> None:
+    def stepped(self, state: State, env: Env, actions: Sequence[Action]) -> None:
+        """Ignore."""
+
+    def saw_action(self, action: Action, state: State) -> None:
+        """Ignore."""
+
+    def record(self, event: JournalEvent) -> None:
+        """Ignore."""
+
+    def close(self) -> None:
         """Ignore."""
 
 
-NO_OBSERVER: Observer = _Nothing()
+NO_OBSERVER: Listener = Quiet()

@@ -25,6 +25,7 @@ from typing import Any
 
 import psutil
 
+from sglang_guard.core.outcomes import JournalEvent, OrphansLeft, OrphansStopped
 from sglang_guard.shell.files import read_bytes, write_atomic
 from sglang_guard.shell.proctree import group_members, stop_processes
 
@@ -126,24 +127,25 @@ def _parse(data: bytes) -> dict[str, Any]:
     return saved
 
 
-def reap(path: Path, grace: float) -> list[dict[str, Any]]:
+def reap(path: Path, grace: float) -> list[JournalEvent]:
     """Stop what the record at `path` verifiably names; the journal records of what was done."""
     try:
         data = read_bytes(path, limit=_MAX_RECORD, nofollow=True)
     except FileNotFoundError:
         return []
     except OSError as exc:
-        return [{"event": "orphans.left", "reason": f"record unreadable ({exc.strerror or exc})"}]
+        return [OrphansLeft(reason=f"record unreadable ({exc.strerror or exc})")]
     try:
         saved = _parse(data)
         pgid = int(saved.get("pgid") or 0)
     except (ValueError, TypeError, KeyError) as exc:
-        return [{"event": "orphans.left", "reason": f"record malformed ({exc})"}]
-    base: dict[str, Any] = {"pgid": pgid, "guard_pid": saved.get("guard_pid")}
+        return [OrphansLeft(reason=f"record malformed ({exc})")]
+    guard_pid = saved.get("guard_pid")
     if saved.get("boot_id") is None or saved.get("boot_id") != boot_id():
-        return [{"event": "orphans.left", **base, "reason": "recorded in another boot"}]
+        return [OrphansLeft(pgid=pgid, guard_pid=guard_pid, reason="recorded in another boot")]
     if _guard_alive(saved.get("guard_pid"), saved.get("guard_start")):
-        return [{"event": "orphans.left", **base, "reason": "the recording guard still runs"}]
+        return [OrphansLeft(pgid=pgid, guard_pid=guard_pid,
+                            reason="the recording guard still runs")]
     token = str(saved.get("token") or "")
     verified: dict[int, psutil.Process] = {}
     unverified: list[int] = []
@@ -161,14 +163,15 @@ def reap(path: Path, grace: float) -> list[dict[str, Any]]:
                 verified[proc.pid] = proc
             else:
                 unverified.append(proc.pid)
-    records: list[dict[str, Any]] = []
+    records: list[JournalEvent] = []
     if verified:
         report = stop_processes(list(verified.values()), grace)
-        records.append({"event": "orphans.stopped", **base, "pids": sorted(verified),
-                        "terminated": report.terminated, "killed": report.killed})
+        records.append(OrphansStopped(pgid=pgid, guard_pid=guard_pid, pids=sorted(verified),
+                                      terminated=report.terminated, killed=report.killed))
     if unverified:
-        records.append({"event": "orphans.left", **base, "pids": sorted(set(unverified)),
-                        "reason": "pid, start time and command line do not match the record"})
+        records.append(OrphansLeft(
+            pgid=pgid, guard_pid=guard_pid, pids=sorted(set(unverified)),
+            reason="pid, start time and command line do not match the record"))
     return records
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
+from sglang_guard.core.outcomes import ReloadApplied, ReloadRejected
 from sglang_guard.core.rules import Matcher
 from sglang_guard.errors import GuardError, InputError
 from sglang_guard.shell.configfile import read_guard_config
@@ -31,7 +32,7 @@ class ReloadOutcome:
     env: Env | None
     cl: CommandLine | None
     error: str | None
-    record: dict[str, Any]
+    record: ReloadApplied | ReloadRejected
 
 
 def effective_view(cl: CommandLine) -> dict[str, str | None]:
@@ -71,7 +72,6 @@ class Reloader:
 
     def reload(self, kind: str, path: str | None, env: Env) -> ReloadOutcome:
         """Validate and apply a change of `kind` ("guard_config", "sglang_yaml", "rule_pack")."""
-        record: dict[str, Any] = {"event": "reload", "kind": kind, "path": path}
         try:
             cfg = self.overrides(read_guard_config(self.cfg.path)) if self.cfg.path \
                 else self.cfg
@@ -80,16 +80,16 @@ class Reloader:
             new_env.matcher.prepare_scan()  # here, not in a reader thread on the next chunk
             trim_heap()
         except GuardError as exc:
-            return self._rejected(record, str(exc), env_applied=False)
+            return self._rejected(kind, path, str(exc), env_applied=False)
         self.cfg = cfg
         if kind == "rule_pack":  # a pack cannot change the command line: nothing to re-derive
-            return ReloadOutcome(new_env, None, None, {
-                **record, "event": "reload.applied", "restart": False,
-                "why": "rule packs apply to new log lines; SGLang keeps running"})
+            return ReloadOutcome(new_env, None, None, ReloadApplied(
+                kind=kind, path=path, restart=False,
+                why="rule packs apply to new log lines; SGLang keeps running"))
         try:
             prepared = self.prepare(cfg, self.argv_from_cli or config_args(cfg))
         except GuardError as exc:
-            outcome = self._rejected(record, str(exc), env_applied=True)
+            outcome = self._rejected(kind, path, str(exc), env_applied=True)
             return ReloadOutcome(new_env, None, outcome.error, outcome.record)
         # A YAML edit may name another model: the rules' conditions read its arch and SM.
         new_env = replace(new_env, arch=prepared.arch, sm=prepared.sm if prepared.decision
@@ -99,19 +99,19 @@ class Reloader:
         if before != after:
             diff = sorted(k for k in before.keys() | after.keys() if before.get(k) != after.get(k))
             self.base = cl
-            return ReloadOutcome(new_env, cl, None, {
-                **record, "event": "reload.applied", "restart": True, "changed": diff,
-                "why": "the effective SGLang command line changed"})
-        return ReloadOutcome(new_env, None, None, {
-            **record, "event": "reload.applied", "restart": False,
-            "why": "the effective SGLang command line is unchanged; rule packs and policy "
-                   "apply to new log lines"})
+            return ReloadOutcome(new_env, cl, None, ReloadApplied(
+                kind=kind, path=path, restart=True, changed=diff,
+                why="the effective SGLang command line changed"))
+        return ReloadOutcome(new_env, None, None, ReloadApplied(
+            kind=kind, path=path, restart=False,
+            why="the effective SGLang command line is unchanged; rule packs and policy "
+                "apply to new log lines"))
 
     @staticmethod
-    def _rejected(record: dict[str, Any], error: str, *, env_applied: bool) -> ReloadOutcome:
+    def _rejected(kind: str, path: str | None, error: str, *, env_applied: bool
+                  ) -> ReloadOutcome:
         keeps = ("the SGLang command line keeps its last good version (rule packs and policy "
                  "were reloaded)" if env_applied
                  else "the last good configuration keeps serving")
         return ReloadOutcome(None, None, error,
-                             {**record, "event": "reload.rejected", "error": error,
-                              "keeps": keeps})
+                             ReloadRejected(kind=kind, path=path, error=error, keeps=keeps))

@@ -13,6 +13,13 @@ from sglang_guard.core.group import group_spec
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.machine import Env
 from sglang_guard.core.options import OptionTable
+from sglang_guard.core.outcomes import (
+    GroupStarted,
+    GuardExit,
+    LearnedReplayed,
+    PreflightFinding,
+    StatusListening,
+)
 from sglang_guard.core.preflight import Decision
 from sglang_guard.core.redact import redact_argv
 from sglang_guard.core.rules import Matcher, RulePack
@@ -21,7 +28,7 @@ from sglang_guard.shell.heap import trim_heap
 from sglang_guard.shell.inputs import Prepared, derived_dir, prepare
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
-from sglang_guard.shell.observer import NO_OBSERVER, Observer
+from sglang_guard.shell.observer import NO_OBSERVER, Listener
 from sglang_guard.shell.packs import load_packs
 from sglang_guard.shell.preflightlog import log_warnings
 from sglang_guard.shell.reloader import Prepare, Reloader
@@ -53,7 +60,7 @@ class RunOptions:
     argv_from_config: bool = False
     # Re-applies --policy / --gpu-sm to a reloaded guard config.
     overrides: Callable[[GuardConfig], GuardConfig] = _same
-    observer: Observer = NO_OBSERVER  # the status port's hooks (shell/status.py)
+    observer: Listener = NO_OBSERVER  # the status port's hooks (shell/status.py)
 
 
 def launch_prefix(cfg: GuardConfig, python: str | None) -> list[str]:
@@ -64,7 +71,7 @@ def launch_prefix(cfg: GuardConfig, python: str | None) -> list[str]:
 
 
 def journal_preflight(journal: Journal | None, decision: Decision, table: OptionTable,
-                      seen: Seen | None = None, observer: Observer = NO_OBSERVER) -> None:
+                      seen: Seen | None = None, observer: Listener = NO_OBSERVER) -> None:
     """One `remediated` event per preflight change (other findings as `preflight.<action>`).
 
     `seen` remembers what was journaled already: a reload re-runs preflight on the same
@@ -76,13 +83,10 @@ def journal_preflight(journal: Journal | None, decision: Decision, table: Option
             if key in seen:
                 continue
             seen.add(key)
-        event = "remediated" if f.action in ("drop", "rewrite") else f"preflight.{f.action}"
-        record = {"event": event,
-                  "trigger": "preflight", "rule": f"compat.{f.kind}", "flag": f.flag,
-                  "value": f.value, "action": f.action, "new_value": f.new_value,
-                  "reason": f.reason,
-                  "argv_before": redact_argv(decision.argv_in, table),
-                  "argv_after": redact_argv(decision.argv_out, table)}
+        record = PreflightFinding(rule=f"compat.{f.kind}", flag=f.flag, value=f.value,
+                                  action=f.action, new_value=f.new_value, reason=f.reason,
+                                  argv_before=redact_argv(decision.argv_in, table),
+                                  argv_after=redact_argv(decision.argv_out, table))
         observer.record(record)
         if journal is not None:
             journal.write(record)
@@ -97,7 +101,7 @@ class Preflight:
     journal: Journal | None
     release: Release
     seen: Seen = field(default_factory=set)
-    observer: Observer = NO_OBSERVER
+    observer: Listener = NO_OBSERVER
 
     def __call__(self, cfg: GuardConfig, argv: tuple[str, ...]) -> Prepared:
         """The prepared launch for `argv` under `cfg`; Refused when the policy says so."""
@@ -138,7 +142,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     journal = open_journal(opts.state_dir)
     listening = getattr(opts.observer, "address", None)  # the status port, when it is up
     if journal is not None and listening is not None:
-        journal.write({"event": "status.listening", "host": listening[0], "port": listening[1]})
+        journal.write(StatusListening(host=listening[0], port=listening[1]))
     prefix = launch_prefix(cfg, opts.python)
     release = resolve_release(version=cfg.sglang.version, version_source="[sglang] version",
                               python=cfg.sglang.python if cfg.sglang.launch else prefix[0],
@@ -151,7 +155,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
         first = preflight(cfg, opts.argv)
     except GuardError as exc:  # refused or rejected before any launch: said in the journal
         if journal is not None:
-            journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})
+            journal.write(GuardExit(code=exc.exit_code, reason=str(exc)))
         raise
     packs = load_packs(cfg, first.options)
     fleet, first, observer, prepare = _with_fleet(cfg, opts, first, packs, preflight)
@@ -177,8 +181,8 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
         from sglang_guard.shell import group  # noqa: PLC0415 - single-node guards skip it
 
         if journal is not None:
-            journal.write({"event": "group.start", "rank": spec.rank, "nnodes": spec.nnodes,
-                           "leader": spec.leader, "port": spec.port})
+            journal.write(GroupStarted(rank=spec.rank, nnodes=spec.nnodes, leader=spec.leader,
+                                       port=spec.port))
         try:
             rt.group, cl, rt.env, replayed = group.open_group(
                 spec, cfg.group, cl, first.gpu, env, state_dir=opts.state_dir,
@@ -186,12 +190,12 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
                 record=journal.write if journal is not None else None)
         except GuardError as exc:  # refused by the leader, or no leader: journaled, then raised
             if journal is not None:
-                journal.write({"event": "guard.exit", "code": exc.exit_code, "reason": str(exc)})
+                journal.write(GuardExit(code=exc.exit_code, reason=str(exc)))
             raise
         if replayed is not None and journal is not None:
-            journal.write({"event": "learned.replayed", "path": str(group.Learned.NAME),
-                           "argv_before": redact_argv(first.cl.argv, env.options),
-                           "argv_after": redact_argv(replayed.argv, env.options)})
+            journal.write(LearnedReplayed(path=str(group.Learned.NAME),
+                                          argv_before=redact_argv(first.cl.argv, env.options),
+                                          argv_after=redact_argv(replayed.argv, env.options)))
         if not spec.leads:
             rt.reload = group.worker_reload(rt.reload)
     try:
@@ -202,7 +206,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
 
 
 def _with_fleet(cfg: GuardConfig, opts: RunOptions, first: Prepared, packs: Sequence[RulePack],
-                preflight: Preflight) -> tuple[Fleet | None, Prepared, Observer, Prepare]:
+                preflight: Preflight) -> tuple[Fleet | None, Prepared, Listener, Prepare]:
     """Fleet memory (`[learn]`, shell/fleet.py) for a single-node guard: the first launch
     with a proven entry applied, the observer that learns from the journal, and preflight
     for reloads that keeps the fleet fix."""

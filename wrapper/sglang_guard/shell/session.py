@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import NoReturn
 
 from sglang_guard.core.guardconfig import GuardConfig
+from sglang_guard.core.outcomes import GuardExit
 from sglang_guard.errors import ConfigError
 from sglang_guard.shell import runner, stderrgate
 from sglang_guard.shell.inputs import read_command_line
@@ -72,5 +73,5 @@ def _journal_exit(state_dir: str, reason: str) -> None:
         journal = Journal.open(state_dir)
     except ConfigError:
         return
-    journal.write({"event": "guard.exit", "code": 0, "reason": reason})
+    journal.write(GuardExit(code=0, reason=reason))
     journal.close()

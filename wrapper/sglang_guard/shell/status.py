@@ -14,7 +14,7 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,12 +29,14 @@ from sglang_guard.errors import EXIT_GIVE_UP, EXIT_USAGE, GuardError, InputError
 from sglang_guard.shell.files import write_atomic
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
+from sglang_guard.shell.observer import Quiet
 
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
     from sglang_guard.core.events import Event
     from sglang_guard.core.guardconfig import GuardConfig
     from sglang_guard.core.machine import Env, State
+    from sglang_guard.core.outcomes import JournalEvent
     from sglang_guard.shell.metrics import Metrics
     from sglang_guard.shell.runner import RunOptions
     from sglang_guard.shell.statusserver import StatusServer
@@ -67,8 +69,8 @@ class _NoMetrics:
         """Ignore."""
 
 
-class StatusBoard:
-    """The observer the loop calls; the HTTP threads read what it holds."""
+class StatusBoard(Quiet):
+    """The loop's listener for the status port; the HTTP threads read what it holds."""
 
     def __init__(self, *, metrics: bool = True) -> None:
         self._lock = threading.Condition()
@@ -86,9 +88,9 @@ class StatusBoard:
         self.announce_to: str | None = None  # the state dir that gets `status-address`
         self._failed = False
 
-    # -- the loop's hooks (shell.observer.Observer) ------------------------------------------
+    # -- the loop's hooks (shell.observer.Listener) ------------------------------------------
 
-    def attach(self, events: queue.Queue[Event]) -> None:
+    def start(self, events: queue.Queue[Event]) -> None:
         """The loop's queue: /livez puts a tick there and waits for the loop to take it."""
         self._events = events
         if self.address is not None:  # said once supervision starts: an error before it
@@ -97,7 +99,7 @@ class StatusBoard:
             if self.announce_to is not None:
                 announce(self, self.announce_to)
 
-    def step(self, state: State, env: Env, actions: Sequence[Action]) -> None:
+    def stepped(self, state: State, env: Env, actions: Sequence[Action]) -> None:
         """The machine stepped: phase, Stop causes, and the rule packs' labels at zero."""
         with self._lock, self._never_raise("step"):
             snap = self._snap
@@ -118,10 +120,10 @@ class StatusBoard:
             self._steps += 1
             self._lock.notify_all()
 
-    def record(self, record: Mapping[str, Any]) -> None:
-        """Fold one journal record in; count it."""
+    def record(self, event: JournalEvent) -> None:
+        """Fold one journal event in; count it."""
         with self._lock, self._never_raise("record"):
-            snap, counts = model.on_record(self._snap, record, time.monotonic(), time.time())
+            snap, counts = model.on_record(self._snap, event, time.monotonic(), time.time())
             self.metrics.count(counts)
             self._set(snap)
 

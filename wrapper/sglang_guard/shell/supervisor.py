@@ -53,7 +53,14 @@ from sglang_guard.core.events import (
 )
 from sglang_guard.core.linereader import Find, Line
 from sglang_guard.core.logline import clean
-from sglang_guard.core.outcomes import GiveUpCause
+from sglang_guard.core.outcomes import (
+    GaveUp,
+    GiveUpCause,
+    GuardExit,
+    JournalEvent,
+    NotStarted,
+    StageStarted,
+)
 from sglang_guard.core.redact import redact_text
 from sglang_guard.core.stages import READY_LINE
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
@@ -64,12 +71,11 @@ from sglang_guard.shell.jobs import Jobs
 from sglang_guard.shell.journal import Journal as JournalFile
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.notify import Notifier
-from sglang_guard.shell.observer import NO_OBSERVER, Observer
+from sglang_guard.shell.observer import NO_OBSERVER, Listener, Quiet
 from sglang_guard.shell.timers import Timers
 from sglang_guard.shell.watch import FileWatcher, Kind
 
 if TYPE_CHECKING:
-    from sglang_guard.shell.groupwire import Link
     from sglang_guard.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
@@ -93,8 +99,8 @@ class Runtime:
     stdout: BinaryIO = sys.stdout.buffer
     stderr: BinaryIO = field(default_factory=stderrgate.child_stderr)  # shared with our events
     child_env: dict[str, str] | None = None
-    group: Link | None = None  # a multi-node group's leader or worker side (shell/group.py)
-    observer: Observer = NO_OBSERVER  # the status port's hooks (shell/status.py)
+    group: Listener | None = None  # a multi-node group's leader or worker side (shell/group.py)
+    observer: Listener = NO_OBSERVER  # the status port's hooks (shell/status.py)
 
 
 class Supervisor:
@@ -127,6 +133,10 @@ class Supervisor:
         # ChildOutput is on the queue (`_chunk_watcher`).
         self._outputs: dict[tuple[int, Stream], tuple[bytes, bool]] = {}
         self._outputs_lock = threading.Lock()
+        # Who hears the loop: the group link first (a leader's workers hear how it ended
+        # before anything else closes), the status board, then the journal writer.
+        self._listeners: list[Listener] = [
+            *([rt.group] if rt.group is not None else []), rt.observer, _Recorder(self)]
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -139,9 +149,8 @@ class Supervisor:
         watcher = FileWatcher(self.events, self.rt.watch) if self.rt.watch else None
         if watcher is not None:
             watcher.start()
-        if self.rt.group is not None:
-            self.rt.group.start(self.events)
-        self.rt.observer.attach(self.events)
+        for listener in self._listeners:
+            listener.start(self.events)
         try:
             # What a SIGKILLed guard left behind goes first; the first launch waits for it
             # (the machine stays idle meanwhile: a signal then ends the run at once).
@@ -161,17 +170,17 @@ class Supervisor:
                     continue
                 if isinstance(event, ChildOutput):
                     event = self._output(event)
-                if self.rt.group is not None:
-                    self.rt.group.saw_event(event, self.state)
+                for listener in self._listeners:
+                    listener.saw_event(event, self.state)
                 self.state, actions = machine.step(
                     self.state, event, self.rt.env, time.monotonic(), random.random()  # noqa: S311
                 )
-                self.rt.observer.step(self.state, self.rt.env, actions)
+                self._stepped(actions)
                 code = self._act(actions)
             return code
         finally:
-            if self.rt.group is not None:  # first: a leader's workers hear how it ended
-                self.rt.group.close()
+            for listener in self._listeners:  # first: a leader's workers hear how it ended
+                listener.close()
             self._jobs.close()
             if watcher is not None:
                 watcher.stop()
@@ -189,7 +198,7 @@ class Supervisor:
                 self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
 
-    def _begin(self, reaped: list[dict[str, Any]]) -> int | None:
+    def _begin(self, reaped: list[JournalEvent]) -> int | None:
         """The orphans are gone: the first launch."""
         for record in reaped:
             self._record(record)
@@ -199,8 +208,12 @@ class Supervisor:
         for event in self._early:
             self.events.put(event)
         self.state, actions = machine.start(self.state, self.rt.env)
-        self.rt.observer.step(self.state, self.rt.env, actions)
+        self._stepped(actions)
         return self._act(actions)
+
+    def _stepped(self, actions: list[Action]) -> None:
+        for listener in self._listeners:
+            listener.stepped(self.state, self.rt.env, actions)
 
     def _next_event(self) -> Event | None:
         """The next event; None when SIGNAL_POLL_S (or the watchdog's period) passed first.
@@ -237,12 +250,12 @@ class Supervisor:
 
     def _act(self, actions: list[Action]) -> int | None:
         for action in actions:
-            if self.rt.group is not None:
-                self.rt.group.saw_action(action, self.state)
+            for listener in self._listeners:
+                listener.saw_action(action, self.state)
             if isinstance(action, Exit):
                 self.notifier.send("STOPPING=1", f"STATUS=exiting {action.code}: "
                                    f"{redact_text(action.reason)[:200]}")
-                self._record({"event": "guard.exit", "code": action.code, "reason": action.reason})
+                self._record(GuardExit(code=action.code, reason=action.reason))
                 if action.code:
                     self.log.error("guard.exit", code=action.code, reason=action.reason)
                 return action.code
@@ -254,7 +267,7 @@ class Supervisor:
         try:
             return work()
         except GiveUp as exc:
-            self._record({"event": "give_up", "reason": str(exc), "cause": exc.cause})
+            self._record(GaveUp(reason=str(exc), cause=GiveUpCause.of(exc.cause)))
             raise
 
     def _do(self, action: Action) -> None:
@@ -267,10 +280,10 @@ class Supervisor:
         elif isinstance(action, Schedule):
             self._timers.schedule(action.delay, Tick(action.name, action.gen))
         elif isinstance(action, Journal):
-            self._record(dict(action.record))
-            if action.record.get("event") == "start.stage":  # STATUS= names the stage
-                self.notifier.send(f"STATUS=loading: {action.record.get('stage')} "
-                                   f"(launch {action.record.get('gen')})")
+            self._record(action.record)
+            if isinstance(action.record, StageStarted):  # STATUS= names the stage
+                self.notifier.send(f"STATUS=loading: {action.record.stage} "
+                                   f"(launch {action.record.gen})")
         elif isinstance(action, Notify):
             self._notify(action)
         elif isinstance(action, Reload):
@@ -392,8 +405,7 @@ class Supervisor:
             # child it asked for has come and gone.
             self._jobs.cancel(self._launching[1])
             self._launching = None
-            self._record({"event": "child.not_started", "gen": action.gen,
-                          "reason": action.reason})
+            self._record(NotStarted(gen=action.gen, reason=action.reason))
             self.events.put(ChildExited(action.gen, 0, 0))
             return
         child = self.child
@@ -468,14 +480,19 @@ class Supervisor:
 
     # -- helpers ---------------------------------------------------------------------------
 
-    def _record(self, record: dict[str, Any]) -> None:
-        self.rt.observer.record(record)
-        if self.journal is not None and not self.journal.write(record):
+    def _record(self, event: JournalEvent) -> None:
+        """One fan-out: every listener hears the event, the journal writer last."""
+        for listener in self._listeners:
+            listener.record(event)
+
+    def _write(self, event: JournalEvent) -> None:
+        """The journal writer's part: append it (the disk may fail once), and log it."""
+        if self.journal is not None and not self.journal.write(event):
             self.log.error("journal.write_failed", path=str(self.journal.path),
                            error=self.journal.error)
             self.journal = None  # said once; the child's output keeps flowing
-        name = str(record.get("event", "event"))
-        self.log.info(name, **{k: v for k, v in record.items() if k != "event"})
+        record = event.to_record()
+        self.log.info(record.pop("event"), **record)
 
     def _address(self) -> tuple[str, int]:
         host = self.state.cl.value("host") or "127.0.0.1"
@@ -521,6 +538,17 @@ class Supervisor:
             return
         with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
             orphans.write_record(self._pidfile, child.pgid, self._token, procs)
+
+
+class _Recorder(Quiet):
+    """The journal writer, as the loop's last listener."""
+
+    def __init__(self, sup: Supervisor) -> None:
+        self._sup = sup
+
+    def record(self, event: JournalEvent) -> None:
+        """Write it."""
+        self._sup._write(event)
 
 
 TAIL_BYTES = 512
