@@ -86,7 +86,7 @@ class Release(NamedTuple):
     files: dict[str, str]
     backends: frozenset[str]  # the names its parser accepts
     kv_dtypes: frozenset[str] = frozenset()  # the --kv-cache-dtype choices of its parser
-    index: int = 0  # its place among the shipped releases, oldest first
+    place: int = 0  # its place among the shipped releases, oldest first
 
 
 def evidence_at(files: dict[str, str], evidence: list[dict[str, Any]]) -> str | None:
@@ -351,11 +351,11 @@ def kv_sm_runs(doc: dict[str, Any], rels: list[Release]) -> dict[str, list[list[
             if dtype not in r.kv_dtypes:
                 continue
             cite = kv_sm_at(r.files, spec["message"])
-            if runs_ and runs_[-1][2] == cite and runs_[-1][3] == r.index - 1:
+            if runs_ and runs_[-1][2] == cite and runs_[-1][3] == r.place - 1:
                 runs_[-1][1] = r.version
-                runs_[-1][3] = r.index
+                runs_[-1][3] = r.place
             else:
-                runs_.append([r.version, r.version, cite, r.index])
+                runs_.append([r.version, r.version, cite, r.place])
         out[dtype] = [run[:3] for run in runs_]
     return out
 
@@ -379,7 +379,7 @@ def load_releases() -> list[Release] | None:
     """Every shipped release's source, oldest first, or None with a line on stderr."""
     from sglang_guard.core.releases import load_release
 
-    out = []
+    out: list[Release] = []
     for v in sorted(releases(), key=Version):
         found = sorted(wheel_dir().glob(f"sglang-{v}-*.whl"))
         if not found:

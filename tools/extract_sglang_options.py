@@ -35,8 +35,8 @@ def _is_scalar(value: Any) -> bool:
 
 def dump() -> dict[str, Any]:
     """SGLang's parser as data: one entry per option-bearing action."""
-    import sglang  # type: ignore[import-not-found]
-    from sglang.srt.server_args import ServerArgs  # type: ignore[import-not-found]
+    import sglang
+    from sglang.srt.server_args import ServerArgs
 
     parser = argparse.ArgumentParser(prog="sglang serve")
     ServerArgs.add_cli_args(parser)

@@ -15,7 +15,7 @@ import importlib.machinery
 import json
 import sys
 import types
-from typing import ClassVar
+from collections.abc import Iterator, Sequence
 
 STDLIB = set(sys.stdlib_module_names)
 # Pure, importable libraries SGLang's argument code itself needs; everything else is a stub.
@@ -25,72 +25,72 @@ REAL = {"sglang", "msgspec", "packaging", "typing_extensions"}
 
 class Stub(types.ModuleType):
     """A module/object that is anything: attribute, call, iteration, subclassing."""
-    __path__: ClassVar[list[str]] = []
     __version__ = "2.9.0"
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> type[_AnyBase]:
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         return _Any(f"{self.__name__}.{name}")
 
 
 class _AnyMeta(type):
-    def __getattr__(cls, name):
+    def __getattr__(cls, name: str) -> type[_AnyBase]:
         if name.startswith("__"):
             raise AttributeError(name)
         return _Any(name)
 
-    def __iter__(cls):
+    def __iter__(cls) -> Iterator[object]:
         return iter(())
 
-    def __or__(cls, other):
+    def __or__(cls, other: object) -> _AnyMeta:
         return cls
 
     __ror__ = __or__
 
-    def __getitem__(cls, item):
+    def __getitem__(cls, item: object) -> _AnyMeta:
         return cls
 
 
 class _AnyBase(metaclass=_AnyMeta):
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: object) -> None:
         pass
 
-    def __init__(self, *a, **k):
+    def __init__(self, *a: object, **k: object) -> None:
         pass
 
-    def __call__(self, *a, **k):
+    def __call__(self, *a: object, **k: object) -> _AnyBase:
         return _AnyBase()
 
-    def __getattr__(self, name):
+    def __getattr__(self, name: str) -> _AnyBase:
         if name.startswith("__"):
             raise AttributeError(name)
         return _AnyBase()
 
-    def __bool__(self):
+    def __bool__(self) -> bool:
         return False
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[object]:
         return iter(())
 
 
-def _Any(name):
-    return type(name.split(".")[-1], (_AnyBase,), {})
+def _Any(name: str) -> type[_AnyBase]:
+    return type(name.rsplit(".", maxsplit=1)[-1], (_AnyBase,), {})
 
 
 class Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        root = name.split(".")[0]
+    def find_spec(self, name: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        root = name.split(".", maxsplit=1)[0]
         if root in STDLIB or root in REAL or any(k in root for k in ABSENT):
             return None
         return importlib.machinery.ModuleSpec(name, self, is_package=True)
 
-    def create_module(self, spec):
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Stub:
         m = Stub(spec.name)
-        m.__path__ = []
+        m.__path__ = []  # a package: submodules resolve through this finder too
         return m
 
-    def exec_module(self, module):
+    def exec_module(self, module: types.ModuleType) -> None:
         pass
 
 

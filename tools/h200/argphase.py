@@ -103,7 +103,7 @@ def _worker(cases_p: str, models: str, out_p: str, index: int, count: int) -> No
 def main() -> None:
     """Entry point: N fresh worker processes (CUDA is initialised once in each, never forked)."""
     if sys.argv[1] == "--worker":
-        _worker(*sys.argv[2:5], int(sys.argv[5]), int(sys.argv[6]))
+        _worker(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
         return
     cases_p, models, out_p = sys.argv[1], sys.argv[2], sys.argv[3]
     jobs = int(os.environ.get("ARGPHASE_JOBS", "8"))

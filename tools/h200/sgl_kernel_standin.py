@@ -40,6 +40,8 @@ class _Placeholder:
 
 
 class _Module(types.ModuleType):
+    __version__: str
+
     def __getattr__(self, item: str) -> Any:
         if item.startswith("__"):
             raise AttributeError(item)
