@@ -20,7 +20,7 @@ from sglang_guard.core.events import (
 )
 from sglang_guard.core.guardconfig import GroupSection
 from sglang_guard.core.machine import State
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import Matcher, parse_pack
 from sglang_guard.shell.groupleader import LeaderLink
 from sglang_guard.shell.groupworker import WorkerLink

@@ -32,10 +32,8 @@ from sglang_guard.shell.notify import Notifier
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
     from sglang_guard.core.events import Event
-    from sglang_guard.core.guardconfig import GuardConfig
     from sglang_guard.core.machine import Env, State
     from sglang_guard.shell.metrics import Metrics
-    from sglang_guard.shell.runner import RunOptions
     from sglang_guard.shell.statusserver import StatusServer
 
 PATHS = ("/metrics", "/livez", "/readyz", "/startupz", "/status")
@@ -304,12 +302,3 @@ def serving(section: StatusSection, argv: Sequence[str] = ()) -> Iterator[Status
     finally:
         if server is not None:
             server.close()
-
-
-def run_with_status(cfg: GuardConfig, opts: RunOptions) -> int:
-    """`runner.run` with the status port up around it (the CLI's `run`, `serve`, the drop-in)."""
-    from sglang_guard.shell import runner  # noqa: PLC0415 - runner imports this module's peers
-
-    with serving(cfg.status, opts.argv) as board:
-        board.announce_to = opts.state_dir
-        return runner.run(cfg, replace(opts, observer=board))
