@@ -18,7 +18,7 @@ PACKAGE = Path(sglang_guard.__file__).resolve().parent
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
-    """`sglang_guard.core.machine` for .../sglang_guard/core/machine.py."""
+    """`sglang_guard.errors` for .../sglang_guard/errors.py, `a.b` for .../a/b/__init__.py."""
     parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
