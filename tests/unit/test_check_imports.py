@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.preflight.shell import gpuprobe
+from sglang_guard.shell import gpuprobe
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "configs" / "models" / "tiny-llama"

@@ -1,5 +1,4 @@
-"""group/shell/group.py's two sides, without the network: the leader's handlers, a worker's
-reports."""
+"""shell/group.py's two sides, without the network: the leader's handlers, a worker's reports."""
 
 from __future__ import annotations
 
@@ -8,15 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from sglang_guard.config.guardconfig import GroupSection
-from sglang_guard.group import group as core
-from sglang_guard.group.shell.groupleader import LeaderLink
-from sglang_guard.group.shell.groupworker import WorkerLink
-from sglang_guard.rules.rules import Matcher, parse_pack
-from sglang_guard.sglang.argv import parse_command_line
-from sglang_guard.sglang.releases import load_option_table
-from sglang_guard.supervise.actions import Journal, Spawn, Stop
-from sglang_guard.supervise.events import (
+from sglang_guard.core import group as core
+from sglang_guard.core.actions import Journal, Spawn, Stop
+from sglang_guard.core.argv import parse_command_line
+from sglang_guard.core.events import (
     ChildExited,
     ChildLine,
     Event,
@@ -24,7 +18,12 @@ from sglang_guard.supervise.events import (
     PeerDown,
     PeerLine,
 )
-from sglang_guard.supervise.machine import State
+from sglang_guard.core.guardconfig import GroupSection
+from sglang_guard.core.machine import State
+from sglang_guard.core.releases import load_option_table
+from sglang_guard.core.rules import Matcher, parse_pack
+from sglang_guard.shell.groupleader import LeaderLink
+from sglang_guard.shell.groupworker import WorkerLink
 
 OPTIONS = load_option_table()
 ARGV = ("--model-path", "/m", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:20000")

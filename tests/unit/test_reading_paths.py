@@ -1,9 +1,8 @@
 """Issue 20 item 5: the fallback path equals the fast path, and the CLI's path equals both.
 
-The same bytes go through the reader's own line cutter (supervise/shell/child._Pump) behind the
-block
+The same bytes go through the reader's own line cutter (shell/child._Pump) behind the block
 prefilter on Hyperscan+RE2, behind the prefilter on RE2 alone, and with no prefilter at all
-(every line read), and the lines it emits through the supervisor's machine (supervise/replay.py):
+(every line read), and the lines it emits through the supervisor's machine (core/replay.py):
 the fix must be the same, over every stored real log and mutations of it (CRLF line ends,
 ANSI colours, an invalid UTF-8 byte, a NUL, chunk splits at every offset of the fatal line,
 a 10 MB line before it). And `explain`'s CLI path (the matching lines only) gives that fix.
@@ -21,15 +20,15 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.config.guardconfig import GuardConfig
-from sglang_guard.preflight.shell.inputs import read_command_line
-from sglang_guard.rules.logline import LINE_CAP, clean, clean_block
-from sglang_guard.rules.rules import Fix, Matcher, load_default_packs
-from sglang_guard.rules.shell.explain import explain_fix, explain_lines, matching_lines
-from sglang_guard.sglang.argv import CommandLine
-from sglang_guard.sglang.releases import load_option_table
-from sglang_guard.supervise.replay import Replay, env_for
-from sglang_guard.supervise.shell import child
+from sglang_guard.core.argv import CommandLine
+from sglang_guard.core.guardconfig import GuardConfig
+from sglang_guard.core.logline import LINE_CAP, clean, clean_block
+from sglang_guard.core.releases import load_option_table
+from sglang_guard.core.replay import Replay, env_for
+from sglang_guard.core.rules import Fix, Matcher, load_default_packs
+from sglang_guard.shell import child
+from sglang_guard.shell.explain import explain_fix, explain_lines, matching_lines
+from sglang_guard.shell.inputs import read_command_line
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PACKS = load_default_packs()
@@ -58,7 +57,7 @@ STORED = {p.stem: _log(p) for p in LOGS}
 
 
 def _prefilter(matcher: Matcher) -> Callable[[bytes], int]:
-    """The supervisor's per-chunk question (supervise/shell/supervisor.Supervisor._prefilter)."""
+    """The supervisor's per-chunk question (shell/supervisor.Supervisor._prefilter)."""
     def interesting(block: bytes) -> int:
         found = matcher.scan(clean_block(block))
         if found.rule or found.ready:

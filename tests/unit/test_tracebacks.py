@@ -1,4 +1,4 @@
-"""Which exception lines end a traceback (rules/tracebacks.py), line by line and skipped."""
+"""Which exception lines end a traceback (core/tracebacks.py), line by line and skipped."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.rules import tracebacks as tb
-from sglang_guard.rules.logline import clean, is_exception_line
-from sglang_guard.rules.rules import Matcher, load_default_packs
+from sglang_guard.core import tracebacks as tb
+from sglang_guard.core.logline import clean, is_exception_line
+from sglang_guard.core.rules import Matcher, load_default_packs
 
 LOGS = sorted((Path(__file__).resolve().parents[1] / "data" / "sglang-logs").glob("*.log"))
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from sglang_guard.sglang.redact import redact_argv, redact_text
+from sglang_guard.core.redact import redact_argv, redact_text
 
 if TYPE_CHECKING:
-    from sglang_guard.preflight.preflight import Decision
-    from sglang_guard.preflight.shell.inputs import Inputs
+    from sglang_guard.core.preflight import Decision
+    from sglang_guard.shell.inputs import Inputs
 
 
 def decision_json(decision: Decision, inputs: Inputs) -> dict[str, Any]:
