@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from sglang_guard.core import fleet as core  # noqa: E402
 from sglang_guard.core.argv import parse_command_line  # noqa: E402
 from sglang_guard.core.guardconfig import LearnSection  # noqa: E402
-from sglang_guard.core.options import load_option_table  # noqa: E402
+from sglang_guard.core.releases import load_option_table  # noqa: E402
 from sglang_guard.shell.fleet import Fleet  # noqa: E402
 from sglang_guard.shell.fleetstore import open_store  # noqa: E402
 from support.etcdserver import ETCD, EtcdServer  # noqa: E402

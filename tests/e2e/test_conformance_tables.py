@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.resources import config_path
 
 REPO = Path(__file__).resolve().parents[2]

@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from sglang_guard.core import status as model
 from sglang_guard.core.events import SignalReceived
 from sglang_guard.core.guardconfig import HealthSection, StatusSection
-from sglang_guard.core.options import load_option_table
 from sglang_guard.core.outcomes import BackingOff, ChildStarted, Ready
 from sglang_guard.core.preflight import Decision, Finding
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, Refused
 from sglang_guard.shell.runner import journal_preflight
 from sglang_guard.shell.status import StatusBoard, serving

@@ -25,7 +25,7 @@ from sglang_guard.core import machine
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import SignalReceived
 from sglang_guard.core.guardconfig import HealthSection, RestartSection
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import Matcher
 from sglang_guard.shell.journal import Journal, read_journal
 from sglang_guard.shell.reloader import ReloadOutcome

@@ -14,7 +14,7 @@ from sglang_guard.core.actions import Action, Journal, Probe, Schedule, Spawn
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import ChildExited, ChildLine, Event, HealthResult, Tick
 from sglang_guard.core.guardconfig import HealthSection, RestartSection
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import Matcher
 
 from .pack import parsed_pack

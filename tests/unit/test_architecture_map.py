@@ -10,8 +10,10 @@ import sglang_guard
 
 PACKAGE = Path(sglang_guard.__file__).resolve().parent
 MAP = PACKAGE.parents[1] / "docs" / "architecture.md"
-# A module as the map names it: `cli.py`, `core/machine.py`, `shell/jobs.py`.
-NAMED = re.compile(r"`((?:core/|shell/)?[a-z_][a-z0-9_]*\.py)`")
+# A module as the map names it, by its path in the package: `cli.py`, `core/machine.py`,
+# `shell/jobs.py` (a path from the repository's root, `tools/x.py`, is not a module of it).
+NAMED = re.compile(r"`((?!(?:wrapper|tests|tools|bench|scripts|docs|configs|deploy)/)"
+                   r"(?:[a-z_][a-z0-9_]*/)*[a-z_][a-z0-9_]*\.py)`")
 
 
 def modules() -> set[str]:

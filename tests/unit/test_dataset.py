@@ -26,8 +26,9 @@ from sglang_guard.core.dataset import (
     split_example,
 )
 from sglang_guard.core.fixes import Literal
-from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.options import OptionTable
 from sglang_guard.core.packcheck import check_pack
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import (
     MatchContext,
     Matcher,

@@ -15,8 +15,7 @@ from packaging.version import Version
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.fixes import Above, Literal
 from sglang_guard.core.logline import clean
-from sglang_guard.core.options import load_option_table
-from sglang_guard.core.releases import known_releases, load_release
+from sglang_guard.core.releases import known_releases, load_option_table, load_release
 from sglang_guard.core.replay import env_for, replay
 from sglang_guard.core.rules import (
     Fix,

@@ -1,61 +1,23 @@
 """One entry wiring: `run`, the drop-in and `serve` each hand their settings to
 `entry.run_process`, and no import circle runs through them.
 
-The import graph is read from the source (every `import` and `from ... import` of a
-sglang_guard module, at the top or inside a function: a lazy import closes a circle too).
+The import graph is read from the source (tests/support/importgraph.py: every import of a
+sglang_guard module counts, lazy and type-only ones too).
 """
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 from typing import Any, NoReturn
 
 import pytest
 from click.testing import CliRunner
 
-import sglang_guard
 from sglang_guard import cli, launch_server, serve
+from support.importgraph import circle_through, import_graph
 
-PACKAGE = Path(sglang_guard.__file__).resolve().parent
 ENTRIES = ("sglang_guard.cli", "sglang_guard.launch_server", "sglang_guard.serve",
            "sglang_guard.entry")
-
-
-def _module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def import_graph() -> dict[str, set[str]]:
-    """Each module of the package -> the package modules it imports."""
-    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {}
-    for name, path in modules.items():
-        deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                deps |= {a.name for a in node.names}
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                deps.add(node.module)
-                deps |= {f"{node.module}.{a.name}" for a in node.names}
-        graph[name] = {d for d in deps if d in modules and d != name}
-    return graph
-
-
-def circle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
-    """A chain of imports from `start` back to it, if there is one."""
-    stack: list[tuple[str, list[str]]] = [(d, [start, d]) for d in sorted(graph[start])]
-    seen: set[str] = set()
-    while stack:
-        node, path = stack.pop()
-        if node == start:
-            return path
-        if node in seen:
-            continue
-        seen.add(node)
-        stack += [(d, [*path, d]) for d in sorted(graph.get(node, ()))]
-    return None
 
 
 def test_the_graph_reader_finds_a_circle_where_there_is_one() -> None:

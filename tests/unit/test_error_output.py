@@ -14,7 +14,7 @@ from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import ChildExited, ChildLine, HealthResult
 from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
 from sglang_guard.core.logline import clean, error_text
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import MatchContext, Matcher, first_fix, load_default_packs
 from sglang_guard.errors import EXIT_ENVIRONMENT
 from sglang_guard.shell.explain import explain_log

@@ -10,8 +10,9 @@ import pytest
 
 from sglang_guard.core import fleet
 from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.options import OptionSpec, load_option_table
+from sglang_guard.core.options import OptionSpec
 from sglang_guard.core.packcheck import DENIED_FLAGS, is_denied
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import load_default_packs
 
 OPTIONS = load_option_table()

@@ -12,7 +12,7 @@ from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import CommandChanged, Event
 from sglang_guard.core.guardconfig import LearnSection
 from sglang_guard.core.machine import State
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.shell.fleet import Fleet, FleetObserver, bounded
 from sglang_guard.shell.observer import NO_OBSERVER
 from support.records import typed

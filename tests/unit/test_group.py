@@ -9,8 +9,8 @@ import pytest
 from sglang_guard.core import group
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import GroupExit, GroupReady, GroupRelaunch
-from sglang_guard.core.options import load_option_table
 from sglang_guard.core.outcomes import GiveUpCause
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST, InputError
 
 OPTIONS = load_option_table()

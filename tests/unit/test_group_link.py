@@ -20,8 +20,8 @@ from sglang_guard.core.events import (
 )
 from sglang_guard.core.guardconfig import GroupSection
 from sglang_guard.core.machine import State
-from sglang_guard.core.options import load_option_table
 from sglang_guard.core.outcomes import GaveUp, GiveUpCause, LogFix, Ready, StartStalled
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import Matcher, parse_pack
 from sglang_guard.errors import EXIT_GIVE_UP
 from sglang_guard.shell.groupleader import LeaderLink

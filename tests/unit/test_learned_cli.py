@@ -11,8 +11,8 @@ from click.testing import CliRunner
 from sglang_guard.cli import main
 from sglang_guard.core import fleet
 from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.options import load_option_table
 from sglang_guard.core.packcheck import check_pack
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import MatchContext, Matcher, first_fix, parse_pack
 from sglang_guard.shell.fleetstore import FileStore
 

@@ -47,8 +47,8 @@ def test_level_filter_and_stream() -> None:
 
 
 def test_importing_and_logging_pulls_no_asyncio_or_ssl() -> None:
-    code = ("import sys; from sglang_guard.shell import logsetup; logsetup.configure('json');"
-            "logsetup.get_logger().info('x.y', a=1);"
+    code = ("import sys; from sglang_guard.shell import logsetup;"
+            "logsetup.configure('json'); logsetup.get_logger().info('x.y', a=1);"
             "print(sorted(m for m in ('asyncio', 'ssl', 'structlog') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=60)

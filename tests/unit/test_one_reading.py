@@ -19,8 +19,8 @@ from sglang_guard.core.events import ChildExited, ChildLine, Tick
 from sglang_guard.core.fixes import Scale
 from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
 from sglang_guard.core.logline import clean
-from sglang_guard.core.options import load_option_table
 from sglang_guard.core.outcomes import FixKind
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import MatchContext, Matcher, load_default_packs, plan_fix
 from sglang_guard.shell.explain import explain_fix, explain_lines
 

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.options import OptionTable, load_option_table, parse_table
+from sglang_guard.core.options import OptionTable, parse_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.errors import ConfigError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sglang_guard.core.guardconfig import GuardConfig, RulesSection
-from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.options import OptionTable
 from sglang_guard.core.packcheck import (
     check_allow_set,
     check_pack,
@@ -15,6 +15,7 @@ from sglang_guard.core.packcheck import (
     release_to_check,
     resolve_flag,
 )
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import RulePack, load_default_pack, parse_pack
 from sglang_guard.errors import ConfigError
 from sglang_guard.shell.packs import load_packs, other_release_has

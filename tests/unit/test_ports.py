@@ -18,8 +18,8 @@ from sglang_guard.core.actions import Action, Exit, Journal, PickPort, Spawn, St
 from sglang_guard.core.argv import parse_command_line
 from sglang_guard.core.events import ChildExited, ChildLine, PortChosen, SignalReceived
 from sglang_guard.core.guardconfig import HealthSection, RestartSection
-from sglang_guard.core.options import load_option_table
 from sglang_guard.core.packcheck import check_pack
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.replay import env_for, replay
 from sglang_guard.core.rules import (
     Fix,

@@ -31,7 +31,7 @@ from sglang_guard.core.argv import CommandLine
 from sglang_guard.core.guardconfig import GuardConfig
 from sglang_guard.core.linereader import Line, LineReader
 from sglang_guard.core.logline import LINE_CAP, clean
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.replay import Replay, env_for
 from sglang_guard.core.rules import Fix, Matcher, load_default_packs
 from sglang_guard.shell import child

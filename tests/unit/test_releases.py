@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sglang_guard.core import releases
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
 

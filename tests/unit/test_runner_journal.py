@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_guard.core.options import load_option_table
 from sglang_guard.core.preflight import Decision, Finding
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.shell.journal import Journal, read_journal
 from sglang_guard.shell.runner import journal_preflight
 

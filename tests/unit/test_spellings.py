@@ -6,8 +6,7 @@ import json
 
 import pytest
 
-from sglang_guard.core.options import load_option_table
-from sglang_guard.core.releases import known_releases
+from sglang_guard.core.releases import known_releases, load_option_table
 from sglang_guard.resources import config_path
 from sglang_guard.shell import packs
 

@@ -16,7 +16,7 @@ from sglang_guard.core.guardconfig import (
     StartSection,
     parse_guard_config,
 )
-from sglang_guard.core.options import load_option_table
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.rules import BlockHits, Matcher, load_default_packs
 from sglang_guard.core.stages import MARKERS, READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, InputError

@@ -61,9 +61,12 @@ def run_process(cfg: GuardConfig, argv: Sequence[str], *, python: str | None,
     then exit the process with the run's status."""
     from sglang_guard.shell import logsetup  # noqa: PLC0415 - the run path only
     from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
-    from sglang_guard.shell.session import exit_process, run_guarded  # noqa: PLC0415
+    from sglang_guard.shell.session import (  # noqa: PLC0415
+        exit_process,
+        run_guarded,
+        run_with_status,
+    )
     from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
-    from sglang_guard.shell.status import run_with_status  # noqa: PLC0415
 
     logsetup.configure(log_format or cfg.log_format)
     args = tuple(argv)

@@ -17,6 +17,7 @@ from sglang_guard.core.compat_table import (
     load_default_table,
     parse_table,
 )
+from sglang_guard.core.options import BACKEND_FLAGS
 from sglang_guard.errors import InputError
 
 __all__ = [
@@ -35,12 +36,6 @@ __all__ = [
     "parse_table",
 ]
 
-BACKEND_FLAGS: tuple[str, ...] = (
-    "--attention-backend",
-    "--prefill-attention-backend",
-    "--decode-attention-backend",
-    "--speculative-draft-attention-backend",
-)
 # The table's slot names: --attention-backend fills both sides, so SGLang checks it under
 # conditions of its own ("attention_backend == X"), distinct from the split flags.
 _SLOT_OF_FLAG = dict(zip(BACKEND_FLAGS, ("attention", "prefill", "decode", "draft"), strict=True))

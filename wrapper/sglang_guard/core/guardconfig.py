@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast, get_args
 
-from sglang_guard.core.compat import BACKEND_FLAGS
+from sglang_guard.core.options import BACKEND_FLAGS
 from sglang_guard.core.tomlread import Table
 from sglang_guard.errors import InputError
 

@@ -6,7 +6,6 @@ reads a command line the way `sglang.launch_server` does without importing SGLan
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,6 +15,15 @@ from sglang_guard.errors import ConfigError
 
 NargsT = int | str | None
 YamlKind = Literal["store_true", "value", "unsupported"]
+
+# SGLang's attention-backend options: configs/backends.toml is checked against each, and
+# the guard config's policy tables apply to these flags only.
+BACKEND_FLAGS: tuple[str, ...] = (
+    "--attention-backend",
+    "--prefill-attention-backend",
+    "--decode-attention-backend",
+    "--speculative-draft-attention-backend",
+)
 
 # argparse's own test for "looks like a negative number" (argparse.py, _negative_number_matcher).
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
@@ -138,39 +146,3 @@ def parse_table(data: Mapping[str, Any], path: str) -> OptionTable:
     by_string = {s: o for o in options for s in o.strings}
     by_dest = {o.dest: o for o in options}
     return OptionTable(version, options, by_string, by_dest, bool(data.get("allow_abbrev", True)))
-
-
-_CACHE: dict[str, OptionTable] = {}
-
-
-def load_option_table(version: str | None = None) -> OptionTable:
-    """The shipped table of SGLang `version`'s parser (read once per process; None: the
-    newest shipped release): the argparse dump where one is shipped (the newest), else the
-    table generated from the release's wheel."""
-    from sglang_guard.resources import config_path  # noqa: PLC0415 - keeps core import-light
-
-    if version is None:
-        from sglang_guard.core.releases import known_releases  # noqa: PLC0415 - cycle
-
-        version = known_releases()[-1]
-
-    if version not in _CACHE:
-        path = config_path("sglang", f"options-{version}.json")
-        if not path.exists():  # every other release: the generated per-release tables
-            from sglang_guard.core.releases import load_release  # noqa: PLC0415 - cycle
-
-            release = load_release(version)
-            if not release.exact:
-                raise ConfigError(
-                    str(path), None, f"cannot read the SGLang option table: none for {version}"
-                )
-            _CACHE[version] = release.options
-            return _CACHE[version]
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise ConfigError(
-                str(path), None, f"cannot read the SGLang option table: {exc}"
-            ) from exc
-        _CACHE[version] = parse_table(data, str(path))
-    return _CACHE[version]

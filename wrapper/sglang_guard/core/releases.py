@@ -220,3 +220,35 @@ def load_release(version: str) -> ReleaseTables:
     built = build_release(shipped_table(found), version, "/".join(RELEASES_FILE))
     _BUILT[version] = built
     return built
+
+
+_OPTION_TABLES: dict[str, OptionTable] = {}
+
+
+def load_option_table(version: str | None = None) -> OptionTable:
+    """The shipped table of SGLang `version`'s parser (read once per process; None: the
+    newest shipped release): the argparse dump where one is shipped (the newest), else the
+    table generated from the release's wheel."""
+    from sglang_guard.resources import config_path  # noqa: PLC0415 - keeps core import-light
+
+    if version is None:
+        version = known_releases()[-1]
+
+    if version not in _OPTION_TABLES:
+        path = config_path("sglang", f"options-{version}.json")
+        if not path.exists():  # every other release: the generated per-release tables
+            release = load_release(version)
+            if not release.exact:
+                raise ConfigError(
+                    str(path), None, f"cannot read the SGLang option table: none for {version}"
+                )
+            _OPTION_TABLES[version] = release.options
+            return _OPTION_TABLES[version]
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(
+                str(path), None, f"cannot read the SGLang option table: {exc}"
+            ) from exc
+        _OPTION_TABLES[version] = parse_table(data, str(path))
+    return _OPTION_TABLES[version]

@@ -144,7 +144,7 @@ def explain_fix(lines: Sequence[str] | Sequence[tuple[str, bool | None]], cfg: G
     """The fix the supervisor would make to `argv` after this failure output (cleaned lines,
     or lines each with its `ends_traceback` as `matching_lines` gives them): the machine
     itself, replayed over them (core/replay.py)."""
-    from sglang_guard.core.options import load_option_table  # noqa: PLC0415
+    from sglang_guard.core.releases import load_option_table  # noqa: PLC0415
     from sglang_guard.shell.inputs import read_command_line  # noqa: PLC0415
 
     options = load_option_table()

@@ -14,9 +14,9 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from sglang_guard.core.dataset import Entry, Imported, import_records, read_dataset, render_pack
-from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.options import OptionTable
 from sglang_guard.core.packcheck import check_pack
-from sglang_guard.core.releases import known_releases
+from sglang_guard.core.releases import known_releases, load_option_table
 from sglang_guard.core.rulepack import RulePack, parse_pack
 from sglang_guard.errors import InputError
 from sglang_guard.shell.files import read_text, write_atomic

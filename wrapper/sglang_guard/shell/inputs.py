@@ -19,8 +19,9 @@ from sglang_guard.core.compat_table import confirmed_only, load_raw_table
 from sglang_guard.core.facts import GpuFacts, ModelFacts, with_warning
 from sglang_guard.core.guardconfig import PolicyConfig
 from sglang_guard.core.limits import yaml_safe_load
-from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.options import OptionTable
 from sglang_guard.core.preflight import Decision, preflight
+from sglang_guard.core.releases import load_option_table
 from sglang_guard.core.sizes import confirm as confirm_sizes
 from sglang_guard.errors import GuardError, InputError
 from sglang_guard.shell.files import read_user_text

@@ -7,9 +7,9 @@ import json
 from functools import partial
 
 from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.options import OptionTable, load_option_table
+from sglang_guard.core.options import OptionTable
 from sglang_guard.core.packcheck import check_allow_set, check_pack, release_to_check
-from sglang_guard.core.releases import known_releases
+from sglang_guard.core.releases import known_releases, load_option_table
 from sglang_guard.core.rules import RulePack, load_default_packs, parse_pack
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path

@@ -18,6 +18,7 @@ from sglang_guard.shell.inputs import read_command_line
 from sglang_guard.shell.journal import Journal
 from sglang_guard.shell.logsetup import get_logger
 from sglang_guard.shell.statelock import StateDirUnavailable, hold_state_dir, parse_port
+from sglang_guard.shell.status import serving
 from sglang_guard.shell.stopsignals import EarlyStop, early_signals
 
 Run = Callable[[GuardConfig, "runner.RunOptions"], int]
@@ -31,6 +32,13 @@ def run_guarded(cfg: GuardConfig, opts: runner.RunOptions, run: Run = runner.run
     finally:
         stderrgate.gate().release()  # events that waited for an unfinished SGLang line
 
+
+
+def run_with_status(cfg: GuardConfig, opts: runner.RunOptions) -> int:
+    """`runner.run` with the status port up around it (the CLI's `run`, `serve`, the drop-in)."""
+    with serving(cfg.status, opts.argv) as board:
+        board.announce_to = opts.state_dir
+        return runner.run(cfg, replace(opts, observer=board))
 
 def exit_process(code: int) -> NoReturn:
     """Exit with `code`; at once when a pump thread is still stuck on a blocked stdout.

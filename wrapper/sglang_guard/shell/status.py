@@ -34,11 +34,9 @@ from sglang_guard.shell.observer import Quiet
 if TYPE_CHECKING:
     from sglang_guard.core.actions import Action
     from sglang_guard.core.events import Event
-    from sglang_guard.core.guardconfig import GuardConfig
     from sglang_guard.core.machine import Env, State
     from sglang_guard.core.outcomes import JournalEvent
     from sglang_guard.shell.metrics import Metrics
-    from sglang_guard.shell.runner import RunOptions
     from sglang_guard.shell.statusserver import StatusServer
 
 PATHS = ("/metrics", "/livez", "/readyz", "/startupz", "/status")
@@ -307,12 +305,3 @@ def serving(section: StatusSection, argv: Sequence[str] = ()) -> Iterator[Status
     finally:
         if server is not None:
             server.close()
-
-
-def run_with_status(cfg: GuardConfig, opts: RunOptions) -> int:
-    """`runner.run` with the status port up around it (the CLI's `run`, `serve`, the drop-in)."""
-    from sglang_guard.shell import runner  # noqa: PLC0415 - runner imports this module's peers
-
-    with serving(cfg.status, opts.argv) as board:
-        board.announce_to = opts.state_dir
-        return runner.run(cfg, replace(opts, observer=board))

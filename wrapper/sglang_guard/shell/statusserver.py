@@ -20,13 +20,24 @@ import socket
 import socketserver
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sglang_guard.core import status as model
 from sglang_guard.core.redact import redact_text
 
-if TYPE_CHECKING:
-    from sglang_guard.shell.status import StatusBoard
+
+class Board(Protocol):
+    """What the port reads: shell/status.py's `StatusBoard` (named here by its shape, so that
+    the board, which starts this server, and the server do not import each other)."""
+
+    @property
+    def metrics(self) -> object: ...
+
+    def snapshot(self) -> model.Snapshot: ...
+
+    def document(self) -> dict[str, Any]: ...
+
+    def alive(self) -> bool: ...
 
 
 # Bounds that keep the port answering whatever its clients do (issue 22, item 2).
@@ -53,7 +64,7 @@ class _Refused(Exception):
 
 
 class _Handler(socketserver.StreamRequestHandler):
-    board: StatusBoard
+    board: Board
     timeout = IO_TIMEOUT_S  # StreamRequestHandler: the socket's timeout, reads and writes
     head_only = False
 
@@ -268,7 +279,7 @@ def _spare_fd() -> int | None:
 class StatusServer:
     """The status port's server on its own daemon thread."""
 
-    def __init__(self, board: StatusBoard, host: str, port: int) -> None:
+    def __init__(self, board: Board, host: str, port: int) -> None:
         handler = type("Handler", (_Handler,), {"board": board})
         server_cls = type("Server", (_Server,), {
             "address_family": socket.AF_INET6 if ":" in host else socket.AF_INET})
