@@ -49,7 +49,7 @@ from test_realworld_corpus import (  # noqa: E402
     verdict,
 )
 
-from sglang_guard.core.outcomes import FixKind  # noqa: E402
+from sglang_guard.common.outcomes import FixKind  # noqa: E402
 
 ROWS = ("prevented by preflight (0 failed launches)", "fixed on the log path (1 failed launch)",
         "refused or given up with a reason", "restart only", "nothing proposed",

@@ -22,12 +22,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from sglang_guard.core import fleet as core  # noqa: E402
-from sglang_guard.core.argv import parse_command_line  # noqa: E402
-from sglang_guard.core.guardconfig import LearnSection  # noqa: E402
-from sglang_guard.core.releases import load_option_table  # noqa: E402
-from sglang_guard.shell.fleet import Fleet  # noqa: E402
-from sglang_guard.shell.fleetstore import open_store  # noqa: E402
+from sglang_guard.config.guardconfig import LearnSection  # noqa: E402
+from sglang_guard.fleet import fleet as core  # noqa: E402
+from sglang_guard.fleet.shell.fleet import Fleet  # noqa: E402
+from sglang_guard.fleet.shell.fleetstore import open_store  # noqa: E402
+from sglang_guard.sglang.argv import parse_command_line  # noqa: E402
+from sglang_guard.sglang.releases import load_option_table  # noqa: E402
 from support.etcdserver import ETCD, EtcdServer  # noqa: E402
 
 OPTIONS = load_option_table()

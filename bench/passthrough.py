@@ -49,8 +49,8 @@ def corpus(lines: int, path: Path) -> int:
     pool = [ln if ln.endswith(b"\n") else ln + b"\n" for ln in pool]
     # Fatal lines would (rightly) make the guard stop the replay: keep the lines the full
     # default pack scans without acting on, which is what a healthy server's log is.
-    from sglang_guard.core.logline import clean
-    from sglang_guard.core.rules import Matcher, load_default_pack
+    from sglang_guard.rules.logline import clean
+    from sglang_guard.rules.rules import Matcher, load_default_pack
 
     matcher = Matcher([load_default_pack()])
     pool = [ln for ln in pool if not matcher.candidates(clean(ln, 65536))] or [b"[x] healthy\n"]

@@ -101,8 +101,8 @@ def run(script: list[list[Any]]) -> int:
 
 def guard(script: str) -> int:
     """Spawn `script` as a Child from this (main) thread, print its pid once it runs, block."""
-    from sglang_guard.core.events import ChildLine, Event  # noqa: PLC0415 (guard mode only)
-    from sglang_guard.shell.child import Child  # noqa: PLC0415
+    from sglang_guard.supervise.events import ChildLine, Event  # noqa: PLC0415 (guard mode only)
+    from sglang_guard.supervise.shell.child import Child  # noqa: PLC0415
 
     events: queue.Queue[Event] = queue.Queue()
     with Path(os.devnull).open("wb") as sink:

@@ -8,7 +8,7 @@ import tomllib
 import urllib.parse
 from pathlib import Path
 
-from sglang_guard.core.logline import error_text
+from sglang_guard.rules.logline import error_text
 
 DATA = Path(__file__).resolve().parent / "data"
 MESSAGES: list[dict[str, str]] = tomllib.loads(

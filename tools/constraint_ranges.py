@@ -18,7 +18,7 @@ constraint, the file:line of its first evidence item in every release, as runs.
 A constraint without evidence keeps the message test: the newest contiguous run of releases
 whose source holds every literal part of its message (SGLang rewords its checks between
 releases); one without a message either gets the release the table was read from. Outside its
-range a constraint warns (core/compat_table.py), never drops silently. Wheels come from
+range a constraint warns (preflight/compat_table.py), never drops silently. Wheels come from
 `tools/fetch-sglang-wheels` (cached outside the repo); nothing is imported, the .py files are
 read as text.
 """
@@ -37,7 +37,7 @@ from typing import Any, NamedTuple
 
 from packaging.version import Version
 
-from sglang_guard.core.msgsearch import NOT_SERVER, holds, normalise, parts
+from sglang_guard.sglang.msgsearch import NOT_SERVER, holds, normalise, parts
 
 REPO = Path(__file__).resolve().parent.parent
 TABLE = REPO / "configs" / "backends.toml"
@@ -377,7 +377,7 @@ def release_texts() -> tuple[list[str], list[str]] | None:
 
 def load_releases() -> list[Release] | None:
     """Every shipped release's source, oldest first, or None with a line on stderr."""
-    from sglang_guard.core.releases import load_release
+    from sglang_guard.sglang.releases import load_release
 
     out: list[Release] = []
     for v in sorted(releases(), key=Version):

@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from constraint_ranges import release_texts, spec_for
 
-from sglang_guard.core.msgsearch import holds, parts
+from sglang_guard.sglang.msgsearch import holds, parts
 
 REPO = Path(__file__).resolve().parent.parent
 PACK = REPO / "configs" / "rules" / "default.toml"

@@ -25,11 +25,11 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "wrapper"))
 
-from sglang_guard.core.options import parse_table  # noqa: E402
-from sglang_guard.core.releases import decode_chain, encode_chain  # noqa: E402
-from sglang_guard.core.renames import derive_renames, renames_to_json  # noqa: E402
-from sglang_guard.core.sgl_options import release_table  # noqa: E402
-from sglang_guard.shell.sglsource import wheel_reader  # noqa: E402
+from sglang_guard.sglang.options import parse_table  # noqa: E402
+from sglang_guard.sglang.releases import decode_chain, encode_chain  # noqa: E402
+from sglang_guard.sglang.renames import derive_renames, renames_to_json  # noqa: E402
+from sglang_guard.sglang.sgl_options import release_table  # noqa: E402
+from sglang_guard.sglang.shell.sglsource import wheel_reader  # noqa: E402
 
 CONFIGS = REPO / "configs" / "sglang"
 
@@ -61,7 +61,7 @@ def dumps(data: Any) -> str:
 def spellings(releases: dict[str, Any]) -> list[str]:
     """spellings.json: every shipped release's canonical option spellings, sorted.
 
-    What `sglang_guard.shell.packs.other_release_has` asks, without loading 42 option tables
+    What `sglang_guard.rules.shell.packs.other_release_has` asks, without loading 42 option tables
     at run time. Each release's table is the one `load_option_table` reads: the shipped
     argparse dump where there is one (options-<version>.json), else the decoded chain.
     """

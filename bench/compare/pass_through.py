@@ -46,7 +46,7 @@ def _near_misses(matcher: Any) -> list[bytes]:
     """Lines that quote failures without being SGLang's error output (see the docstring)."""
     sys.path.insert(0, str(REPO / "tests"))
     from requestlines import FATAL_TEXTS, quoting
-    from sglang_guard.core.logline import clean
+    from sglang_guard.rules.logline import clean
 
     logs = sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log"))
     frames = [ln.rstrip(b"\r\n") for src in logs for ln in src.read_bytes().splitlines()
@@ -57,8 +57,8 @@ def _near_misses(matcher: Any) -> list[bytes]:
 
 def corpus(lines: int, path: Path, mix: str = "log") -> tuple[int, int]:
     """Write the corpus of `mix`; (line count, byte count)."""
-    from sglang_guard.core.logline import clean
-    from sglang_guard.core.rules import Matcher, load_default_packs
+    from sglang_guard.rules.logline import clean
+    from sglang_guard.rules.rules import Matcher, load_default_packs
 
     sources = [REPO.parent / "shared" / "reference" / "llama-cutedsl-cpu.log",
                *sorted((REPO / "tests" / "data" / "sglang-logs").glob("*.log"))]

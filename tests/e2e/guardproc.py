@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from sglang_guard.shell.journal import read_journal
+from sglang_guard.supervise.shell.journal import read_journal
 
 from .server import CPU_FLAGS, pgid_members
 

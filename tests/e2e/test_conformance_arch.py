@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.shell.modelprobe import resolve_model
+from sglang_guard.preflight.shell.modelprobe import resolve_model
 
 from .conftest import RELEASES
 from .models import MODELS, TinyModel

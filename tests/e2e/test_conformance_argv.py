@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.edits import dump_yaml
-from sglang_guard.core.releases import load_release
+from sglang_guard.sglang.edits import dump_yaml
+from sglang_guard.sglang.releases import load_release
 
 from .conftest import RELEASES, python_for, run_oracle
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.releases import shipped_table
-from sglang_guard.shell.release import derive_release, read_release
+from sglang_guard.sglang.releases import shipped_table
+from sglang_guard.sglang.shell.release import derive_release, read_release
 
 REPO = Path(__file__).resolve().parents[2]
 EXTRACT = REPO / "tools" / "extract_sglang_options.py"

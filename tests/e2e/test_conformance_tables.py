@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.releases import load_option_table
 from sglang_guard.resources import config_path
+from sglang_guard.sglang.releases import load_option_table
 
 REPO = Path(__file__).resolve().parents[2]
 EXTRACT = REPO / "tools" / "extract_sglang_options.py"

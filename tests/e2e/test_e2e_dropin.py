@@ -133,8 +133,8 @@ def test_reading_a_watched_file_is_no_change(tmp_path: Path) -> None:
     """The watcher reports writes, not reads: a reload reads every watched file (no SGLang)."""
     import queue  # noqa: PLC0415 - only this fast, SGLang-free check needs it
 
-    from sglang_guard.core.events import Event, FileChanged  # noqa: PLC0415
-    from sglang_guard.shell.watch import FileWatcher  # noqa: PLC0415
+    from sglang_guard.supervise.events import Event, FileChanged  # noqa: PLC0415
+    from sglang_guard.supervise.shell.watch import FileWatcher  # noqa: PLC0415
 
     watched = tmp_path / "x.yaml"
     watched.write_text("max-running-requests: 8\n", encoding="utf-8")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core import fleet
 from sglang_guard.errors import EXIT_OK
-from sglang_guard.shell.fleetstore import FileStore
+from sglang_guard.fleet import fleet
+from sglang_guard.fleet.shell.fleetstore import FileStore
 
 from .guardproc import guard_process, guard_run_cmd, post_generate, sglang_args
 from .models import write_tiny_llama

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_guard.core.status import RESTART_CAUSES, action_label
 from sglang_guard.entry import GUARD_LINE
 from sglang_guard.errors import EXIT_OK
-from sglang_guard.shell.status import ENV_LISTEN
+from sglang_guard.status.shell.status import ENV_LISTEN
+from sglang_guard.status.status import RESTART_CAUSES, action_label
 
 from .guardproc import (
     GuardProc,

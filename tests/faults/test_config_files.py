@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK, EXIT_USAGE
+from sglang_guard.supervise.machine import READY_LINE
 from support.guards import Guard, argv_for, finish, guard_toml, leftovers
 from support.harness import HealthServer, Launcher, count, journal_events, wait_for
 from support.pack import FA3_LINE

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psutil
 
-from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
+from sglang_guard.supervise.machine import READY_LINE
 from support.guards import GuardRun, argv_for, guard_toml, leftovers
 from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
 from support.procs import wait_gone

@@ -15,8 +15,8 @@ from typing import Any
 import psutil
 import pytest
 
-from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
+from sglang_guard.supervise.machine import READY_LINE
 from support.guards import GuardRun, argv_for, guard_toml, leftovers, sha_of
 from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
 from support.pack import FA3_LINE
@@ -90,7 +90,7 @@ def test_invalid_utf8_and_nul_bytes_pass_through_and_matching_goes_on(
     # NUL and ANSI in front (stripped: the line still starts with the exception class),
     # invalid UTF-8 and NUL behind. (Invalid bytes in front would make it no exception line:
     # a rule reads SGLang's own error output only, issue 12.)
-    # The traceback it ends comes first: only such a line is read as one (core/tracebacks.py).
+    # The traceback it ends comes first: only such a line is read as one (rules/tracebacks.py).
     frames = ("Traceback (most recent call last):\n"
               '  File "attention_registry.py", line 244, in create_flashattention_v3_backend\n')
     fatal = frames.encode().hex() + "001b5b306d" + FA3_LINE.encode().hex() + "00ff0a"

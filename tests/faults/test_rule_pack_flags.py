@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK, EXIT_USAGE
+from sglang_guard.supervise.machine import READY_LINE
 from support.guards import Guard, argv_for, finish, guard_toml
 from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
 from support.pack import FA3_LINE, PACK_TEXT

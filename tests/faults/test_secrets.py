@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
-from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
+from sglang_guard.supervise.machine import READY_LINE
 from support.guards import guard_toml
 from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
 from support.models import write_llama

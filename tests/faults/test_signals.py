@@ -21,8 +21,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
+from sglang_guard.supervise.machine import READY_LINE
 from support.guards import argv_for, guard_toml, leftovers
 from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
 from support.models import write_llama
@@ -33,7 +33,7 @@ STUBBORN = ("import pathlib, signal, sys, time\n"
             "signal.signal(signal.SIGTERM, lambda *a: pathlib.Path(sys.argv[1]).write_text('x'))\n"
             "for _ in range(600): time.sleep(0.5)\n")
 SLOW_PROBE = ("import os, pathlib, sys, time\n"
-              "if 'sglang_guard.shell.modelprobe' in sys.orig_argv:\n"
+              "if 'sglang_guard.preflight.shell.modelprobe' in sys.orig_argv:\n"
               "    pathlib.Path(os.environ['PROBE_MARK']).write_text(str(os.getpid()))\n"
               "    time.sleep(120)\n")
 

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import groupauth as auth
-from sglang_guard.core.group import encode
 from sglang_guard.errors import EXIT_LEADER_LOST, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from sglang_guard.group import groupauth as auth
+from sglang_guard.group.group import encode
 from support.group import OOM_LINE, Group, leader_plan, worker_plan
 from support.harness import wait_for
 

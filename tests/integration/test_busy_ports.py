@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from requestlines import TS
-from sglang_guard.core import machine
-from sglang_guard.core.events import SignalReceived
-from sglang_guard.core.rules import Matcher, load_default_packs
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, GiveUp
-from sglang_guard.shell.supervisor import Supervisor
+from sglang_guard.rules.rules import Matcher, load_default_packs
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.events import SignalReceived
+from sglang_guard.supervise.shell.supervisor import Supervisor
 from support.harness import (
     HealthServer,
     Launcher,

@@ -16,9 +16,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from sglang_guard.core.events import ChildExited
 from sglang_guard.errors import InputError
-from sglang_guard.shell.child import Child
+from sglang_guard.supervise.events import ChildExited
+from sglang_guard.supervise.shell.child import Child
 from support.children import FAKE, BlockingSink, HashSink, collect, fake_argv, next_line
 from support.procs import survivors, wait_gone
 

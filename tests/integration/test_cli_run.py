@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE
+from sglang_guard.supervise.machine import READY_LINE
 from support.guards import Guard, argv_for, finish, guard_toml, leftovers
 from support.harness import (
     HealthServer,

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import fleet as core
-from sglang_guard.core.guardconfig import LearnSection
+from sglang_guard.config.guardconfig import LearnSection
 from sglang_guard.errors import EXIT_OK
-from sglang_guard.shell.fleet import guard_id
-from sglang_guard.shell.fleetstore import Store, open_store
+from sglang_guard.fleet import fleet as core
+from sglang_guard.fleet.shell.fleet import guard_id
+from sglang_guard.fleet.shell.fleetstore import Store, open_store
 from support.etcdserver import ETCD, EtcdServer
 from support.guards import Guard, finish
 from support.harness import HEALTH_HOST, HealthServer, journal_events, wait_for

@@ -1,4 +1,4 @@
-"""shell/fleetstore.py against a real etcd server and a real directory."""
+"""fleet/shell/fleetstore.py against a real etcd server and a real directory."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.guardconfig import LearnSection
+from sglang_guard.config.guardconfig import LearnSection
 from sglang_guard.errors import InputError
-from sglang_guard.shell import fleetstore
-from sglang_guard.shell.fleetstore import EtcdStore, FileStore, StoreError, open_store
+from sglang_guard.fleet.shell import fleetstore
+from sglang_guard.fleet.shell.fleetstore import EtcdStore, FileStore, StoreError, open_store
 from support.etcdserver import ETCD, EtcdServer, make_certs
 from support.procs import free_port
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.rules import Matcher, load_default_packs
 from sglang_guard.errors import EXIT_GIVE_UP
+from sglang_guard.rules.rules import Matcher, load_default_packs
 from support.harness import HealthServer, Launcher, journal_events, make_runtime, supervise
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sglang_guard.shell import health
+from sglang_guard.supervise.shell import health
 
 
 @contextmanager

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import machine
-from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.logline import LINE_CAP, clean, is_exception_line
-from sglang_guard.core.rules import Matcher, load_default_packs
-from sglang_guard.core.tracebacks import HEADER
-from sglang_guard.shell.explain import explain_fix
+from sglang_guard.config.guardconfig import GuardConfig
+from sglang_guard.rules.logline import LINE_CAP, clean, is_exception_line
+from sglang_guard.rules.rules import Matcher, load_default_packs
+from sglang_guard.rules.shell.explain import explain_fix
+from sglang_guard.rules.tracebacks import HEADER
+from sglang_guard.supervise import machine
 from support.harness import HealthServer, Launcher, journal_events, make_runtime, supervise
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -22,19 +22,20 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import machine
-from sglang_guard.core.actions import Action
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import FileChanged, Tick
-from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.rules import Matcher
+from sglang_guard.config.guardconfig import GuardConfig
 from sglang_guard.errors import EXIT_OK, InputError
-from sglang_guard.shell import modelprobe, supervisor
-from sglang_guard.shell import reloader as reloader_mod
-from sglang_guard.shell.observer import Quiet
-from sglang_guard.shell.reloader import Reloader
-from sglang_guard.shell.status import LIVEZ_WAIT_S, StatusBoard
-from sglang_guard.shell.supervisor import Supervisor
+from sglang_guard.preflight.shell import modelprobe
+from sglang_guard.rules.rules import Matcher
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.status.shell.status import LIVEZ_WAIT_S, StatusBoard
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Action
+from sglang_guard.supervise.events import FileChanged, Tick
+from sglang_guard.supervise.shell import reloader as reloader_mod
+from sglang_guard.supervise.shell import supervisor
+from sglang_guard.supervise.shell.observer import Quiet
+from sglang_guard.supervise.shell.reloader import Reloader
+from sglang_guard.supervise.shell.supervisor import Supervisor
 from support.harness import Launcher, base_argv, journal_events, make_runtime, supervise, wait_for
 from support.notify import Listener
 from support.pack import FA3_LINE
@@ -213,7 +214,7 @@ def test_the_watchdog_is_fed_by_the_loop_and_a_wedged_loop_stops_it(
 
 def test_sigterm_during_a_reload_stops_the_probe_subprocess_too(
         tmp_path: Path, release: threading.Event, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The model probe runs AutoConfig in a subprocess (shell/modelprobe.py): a guard that
+    # The model probe runs AutoConfig in a subprocess (preflight/shell/modelprobe.py): a guard that
     # exits during a reload leaves no probe behind.
     launcher = Launcher(tmp_path, [[["wait_term"], ["exit", 0]]])
     monkeypatch.setattr(reloader_mod, "load_packs", lambda cfg, options: [])

@@ -28,8 +28,8 @@ import psutil
 import pytest
 import yaml
 
-from sglang_guard.core.machine import READY_LINE
 from sglang_guard.errors import EXIT_OK
+from sglang_guard.supervise.machine import READY_LINE
 from support.harness import HEALTH_HOST, HealthServer, Launcher, journal_events, wait_for
 from support.kubelet import (
     config_map,

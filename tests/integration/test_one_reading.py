@@ -7,8 +7,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from sglang_guard.core.rules import Matcher, load_default_packs
-from sglang_guard.shell.supervisor import Runtime
+from sglang_guard.rules.rules import Matcher, load_default_packs
+from sglang_guard.supervise.shell.supervisor import Runtime
 from support.harness import Launcher, base_argv, journal_events, make_runtime, supervise
 from support.procs import free_port
 

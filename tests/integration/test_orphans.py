@@ -1,4 +1,5 @@
-"""Orphan clean-up trusts the child record only as far as it can verify it (shell/orphans.py).
+"""Orphan clean-up trusts the child record only as far as it can verify it
+(supervise/shell/orphans.py).
 
 Each test plants a record naming a real process (a `sleep` in its own session, as a stranger
 started with setsid would be) and checks that it is stopped only when pid, start time and
@@ -17,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from sglang_guard.shell import orphans
+from sglang_guard.supervise.shell import orphans
 from support.procs import wait_gone
 
 

@@ -10,13 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from requestlines import ENV_LINES, FATAL_TEXTS, TS, quoting
-from sglang_guard.core import machine
-from sglang_guard.core.events import SignalReceived
-from sglang_guard.core.guardconfig import StartSection
-from sglang_guard.core.logline import is_exception_line
-from sglang_guard.core.rules import Matcher, load_default_packs
+from sglang_guard.config.guardconfig import StartSection
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK
-from sglang_guard.shell.supervisor import Runtime, Supervisor
+from sglang_guard.rules.logline import is_exception_line
+from sglang_guard.rules.rules import Matcher, load_default_packs
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.events import SignalReceived
+from sglang_guard.supervise.shell.supervisor import Runtime, Supervisor
 from support.harness import (
     HealthServer,
     Launcher,

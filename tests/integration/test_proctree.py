@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from sglang_guard.errors import InputError
-from sglang_guard.shell.ports import port_is_free, wait_port_free
-from sglang_guard.shell.proctree import find_orphans, stop_tree
+from sglang_guard.supervise.shell.ports import port_is_free, wait_port_free
+from sglang_guard.supervise.shell.proctree import find_orphans, stop_tree
 from support.children import collect, fake_argv, next_line
 from support.procs import free_port, read_pidfile, survivors, wait_gone
 

@@ -11,9 +11,9 @@ import json
 import signal
 from pathlib import Path
 
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.releases import load_release
 from sglang_guard.errors import EXIT_OK
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_release
 from support.guards import Guard, finish
 from support.harness import HEALTH_HOST, HealthServer, Launcher, count, ready_then_wait, wait_for
 

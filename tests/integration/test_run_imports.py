@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_guard.core.machine import READY_LINE
+from sglang_guard.supervise.machine import READY_LINE
 from support.harness import wait_for
 from support.procs import free_port
 
@@ -58,7 +58,7 @@ def _run_guard(tmp: Path, status: str) -> list[str]:
 
 def test_status_port_off_no_asyncio_no_openssl(tmp_path: Path) -> None:
     found = set(_run_guard(tmp_path, "off"))
-    assert "sglang_guard.shell.supervisor" in found  # it did run
+    assert "sglang_guard.supervise.shell.supervisor" in found  # it did run
     assert "hyperscan" in found
     assert not found & {"asyncio", "structlog", *OPENSSL, "http.client", "http.server"}
     # the compiled scan was saved for the next start
@@ -67,7 +67,7 @@ def test_status_port_off_no_asyncio_no_openssl(tmp_path: Path) -> None:
 
 def test_status_port_on_still_no_asyncio_no_openssl_no_http_server(tmp_path: Path) -> None:
     found = set(_run_guard(tmp_path, f"127.0.0.1:{free_port()}"))
-    assert "sglang_guard.shell.statusserver" in found
+    assert "sglang_guard.status.shell.statusserver" in found
     assert "prometheus_client.metrics" in found  # the metrics are served
     assert not found & {"asyncio", "structlog", *OPENSSL, "http.client", "http.server", "email",
                         "urllib.request", "wsgiref", "prometheus_client.exposition"}

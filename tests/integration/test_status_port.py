@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_guard.core import status as model
-from sglang_guard.core.events import SignalReceived
-from sglang_guard.core.guardconfig import HealthSection, StatusSection
-from sglang_guard.core.outcomes import BackingOff, ChildStarted, Ready
-from sglang_guard.core.preflight import Decision, Finding
-from sglang_guard.core.releases import load_option_table
+from sglang_guard.common.outcomes import BackingOff, ChildStarted, Ready
+from sglang_guard.config.guardconfig import HealthSection, StatusSection
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, Refused
-from sglang_guard.shell.runner import journal_preflight
-from sglang_guard.shell.status import StatusBoard, serving
-from sglang_guard.shell.supervisor import Supervisor
+from sglang_guard.preflight.preflight import Decision, Finding
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.status import status as model
+from sglang_guard.status.shell.status import StatusBoard, serving
+from sglang_guard.supervise.events import SignalReceived
+from sglang_guard.supervise.shell.runner import journal_preflight
+from sglang_guard.supervise.shell.supervisor import Supervisor
 from support.guards import guard_toml
 from support.harness import (
     HEALTH_HOST,
@@ -260,7 +260,7 @@ def test_a_start_the_stage_watcher_finds_stalled_turns_startupz_503(
     """The two halves joined: the machine's stage watch (a silent distributed init) journals
     start.stalled, and the status port answers /startupz 503 and names the stage."""
     from requestlines import TS  # noqa: PLC0415 - the fake SGLang record prefix
-    from sglang_guard.core.guardconfig import StartSection  # noqa: PLC0415
+    from sglang_guard.config.guardconfig import StartSection  # noqa: PLC0415
 
     assert board.address is not None
     address = board.address

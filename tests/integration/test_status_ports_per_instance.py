@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, DEFAULT_STATUS_PORT, derived_port
+from sglang_guard.config.guardconfig import DEFAULT_GROUP_PORT, DEFAULT_STATUS_PORT, derived_port
 from sglang_guard.errors import EXIT_OK
-from sglang_guard.shell.status import ADDRESS_FILE, sglang_port
+from sglang_guard.status.shell.status import ADDRESS_FILE, sglang_port
 from support.guards import guard_toml
 from support.harness import (
     HealthServer,

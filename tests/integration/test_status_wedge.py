@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from sglang_guard.errors import EXIT_OK
-from sglang_guard.shell.statusserver import connection_cap
+from sglang_guard.status.shell.statusserver import connection_cap
 from support.guards import guard_toml
 from support.harness import HealthServer, Launcher, base_argv, count, ready_then_wait, wait_for
 from support.pack import FA3_LINE, PACK_TEXT

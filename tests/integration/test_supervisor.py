@@ -14,12 +14,12 @@ import signal
 import time
 from pathlib import Path
 
-from sglang_guard.core import machine
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.guardconfig import HealthSection
+from sglang_guard.config.guardconfig import HealthSection
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
-from sglang_guard.shell.journal import Journal
-from sglang_guard.shell.supervisor import Supervisor, run_supervisor
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.shell.journal import Journal
+from sglang_guard.supervise.shell.supervisor import Supervisor, run_supervisor
 from support.children import HashSink
 from support.harness import (
     HEALTH_HOST,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.events import Event, FileChanged
-from sglang_guard.shell.watch import FileWatcher
+from sglang_guard.supervise.events import Event, FileChanged
+from sglang_guard.supervise.shell.watch import FileWatcher
 
 WAIT = 5.0
 

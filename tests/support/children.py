@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sglang_guard.core.events import ChildExited, ChildLine, Event
+from sglang_guard.supervise.events import ChildExited, ChildLine, Event
 
 FAKE = Path(__file__).resolve().parent.parent / "fakechild.py"
 

@@ -23,9 +23,9 @@ from typing import Any
 import psutil
 import pytest
 
-from sglang_guard.core.events import Event
-from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, DEFAULT_STATUS_PORT
-from sglang_guard.shell.child import Child
+from sglang_guard.config.guardconfig import DEFAULT_GROUP_PORT, DEFAULT_STATUS_PORT
+from sglang_guard.supervise.events import Event
+from sglang_guard.supervise.shell.child import Child
 
 from .children import FAKE, fake_argv
 from .guards import Guard, GuardRun

@@ -21,7 +21,7 @@ from typing import Any
 
 import psutil
 
-from sglang_guard.core.machine import READY_LINE
+from sglang_guard.supervise.machine import READY_LINE
 
 from .harness import HEALTH_HOST, HealthServer, Launcher, journal_events, wait_for
 from .procs import free_port

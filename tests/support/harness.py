@@ -21,15 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sglang_guard.core import machine
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import SignalReceived
-from sglang_guard.core.guardconfig import HealthSection, RestartSection
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import Matcher
-from sglang_guard.shell.journal import Journal, read_journal
-from sglang_guard.shell.reloader import ReloadOutcome
-from sglang_guard.shell.supervisor import Runtime, Supervisor
+from sglang_guard.config.guardconfig import HealthSection, RestartSection
+from sglang_guard.rules.rules import Matcher
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.events import SignalReceived
+from sglang_guard.supervise.shell.journal import Journal, read_journal
+from sglang_guard.supervise.shell.reloader import ReloadOutcome
+from sglang_guard.supervise.shell.supervisor import Runtime, Supervisor
 
 from .children import FAKE
 from .pack import parsed_pack

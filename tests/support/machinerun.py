@@ -1,6 +1,6 @@
 """The machine as a scripted history (no process, no thread): a fake clock and fixed jitter.
 
-`Run` drives `core.machine` with the test pack (support/pack.py); the unit tests of the
+`Run` drives `supervise.machine` with the test pack (support/pack.py); the unit tests of the
 machine, its group side and the advice read the actions it collects.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sglang_guard.core import machine
-from sglang_guard.core.actions import Action, Journal, Probe, Schedule, Spawn
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import ChildExited, ChildLine, Event, HealthResult, Tick
-from sglang_guard.core.guardconfig import HealthSection, RestartSection
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import Matcher
+from sglang_guard.config.guardconfig import HealthSection, RestartSection
+from sglang_guard.rules.rules import Matcher
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Action, Journal, Probe, Schedule, Spawn
+from sglang_guard.supervise.events import ChildExited, ChildLine, Event, HealthResult, Tick
 
 from .pack import parsed_pack
 

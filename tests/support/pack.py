@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_guard.core.rulepack import RulePack, parse_pack
+from sglang_guard.rules.rulepack import RulePack, parse_pack
 
 FA3_LINE = "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90."
 CRASH_LINE = ("[2026-11-29 16:50:00 TP0] Scheduler hit an exception: "

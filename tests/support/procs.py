@@ -13,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from sglang_guard.shell.proctree import find_orphans
+from sglang_guard.supervise.shell.proctree import find_orphans
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -1,5 +1,5 @@
 """Journal records (dicts, as the journal file holds them) turned into the typed events of
-core/outcomes.py: the tests write histories as records, the code takes events.
+common/outcomes.py: the tests write histories as records, the code takes events.
 
 `typed(record, strict=True)` is how tests/unit/test_journal_events.py checks that every
 recorded shape is one event's `to_record()`: the record's keys must be exactly that event's
@@ -13,8 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from sglang_guard.core import outcomes
-from sglang_guard.core.outcomes import (
+from sglang_guard.common.outcomes import (
     FleetChange,
     FleetChanged,
     FleetFix,
@@ -25,10 +24,11 @@ from sglang_guard.core.outcomes import (
     PreflightFinding,
     UndoFix,
 )
+from sglang_guard.supervise import outcomes
 
 
 def event_classes() -> list[type[JournalEvent]]:
-    """Every journal event class core/outcomes.py defines."""
+    """Every journal event class common/outcomes.py defines."""
     return [c for c in vars(outcomes).values()
             if isinstance(c, type) and issubclass(c, JournalEvent) and c is not JournalEvent]
 

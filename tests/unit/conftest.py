@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sglang_guard.core.options import OptionTable
-from sglang_guard.core.releases import load_option_table
+from sglang_guard.sglang.options import OptionTable
+from sglang_guard.sglang.releases import load_option_table
 
 
 @pytest.fixture(autouse=True)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from sglang_guard.core import machine
-from sglang_guard.core.actions import Spawn, Stop
-from sglang_guard.core.guardconfig import HealthSection, RestartSection
-from sglang_guard.core.rules import Matcher, parse_pack
+from sglang_guard.config.guardconfig import HealthSection, RestartSection
+from sglang_guard.rules.rules import Matcher, parse_pack
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Spawn, Stop
 from support.machinerun import OPTIONS, Run, events_of, of, only, record
 
 PACK = parse_pack("""

@@ -6,15 +6,15 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.arch import (
+from sglang_guard.errors import ConfigError
+from sglang_guard.preflight.arch import (
     ArchTable,
     classify,
     draft_architectures,
     load_default_arch_table,
     parse_arch_table,
 )
-from sglang_guard.errors import ConfigError
-from sglang_guard.shell.modelprobe import arch_table
+from sglang_guard.preflight.shell.modelprobe import arch_table
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,15 @@ import sglang_guard
 
 PACKAGE = Path(sglang_guard.__file__).resolve().parent
 MAP = PACKAGE.parents[1] / "docs" / "architecture.md"
-# A module as the map names it, by its path in the package: `cli.py`, `core/machine.py`,
-# `shell/jobs.py` (a path from the repository's root, `tools/x.py`, is not a module of it).
+# A module as the map names it, by its path in the package: `cli.py`, `supervise/machine.py`,
+# `supervise/shell/jobs.py` (a path from the repository's root, `tools/x.py`, is not a module of
+# it).
 NAMED = re.compile(r"`((?!(?:wrapper|tests|tools|bench|scripts|docs|configs|deploy)/)"
                    r"(?:[a-z_][a-z0-9_]*/)*[a-z_][a-z0-9_]*\.py)`")
 
 
 def modules() -> set[str]:
-    """Every module of the package, relative to it (`core/machine.py`)."""
+    """Every module of the package, relative to it (`supervise/machine.py`)."""
     return {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")
             if "__pycache__" not in p.parts}
 
@@ -29,7 +30,7 @@ def on_the_map() -> set[str]:
 
 def test_the_package_is_read_whole() -> None:
     found = modules()
-    assert {"cli.py", "core/machine.py", "shell/supervisor.py"} <= found
+    assert {"cli.py", "supervise/machine.py", "supervise/shell/supervisor.py"} <= found
     assert all(not m.startswith(("tests/", "tools/")) for m in found)
 
 

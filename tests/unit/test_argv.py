@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.argv import find_config_path, parse_command_line, yaml_tokens
-from sglang_guard.core.options import OptionTable
 from sglang_guard.errors import InputError
 from sglang_guard.resources import config_path
+from sglang_guard.sglang.argv import find_config_path, parse_command_line, yaml_tokens
+from sglang_guard.sglang.options import OptionTable
 
 
 class _Rejected(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_guard.core.backoff import backoff_delay, failures_in_window
+from sglang_guard.supervise.backoff import backoff_delay, failures_in_window
 
 KW = {"initial": 1.0, "factor": 2.0, "maximum": 60.0}
 

@@ -17,10 +17,10 @@ from click.testing import CliRunner
 from packaging.specifiers import SpecifierSet
 
 from sglang_guard.cli import main
-from sglang_guard.core.compat import Problem, check_backend
-from sglang_guard.core.compat_table import load_raw_table
-from sglang_guard.core.releases import known_releases, load_release
-from sglang_guard.core.rules import MatchContext, Matcher, first_fix, load_default_pack
+from sglang_guard.preflight.compat import Problem, check_backend
+from sglang_guard.preflight.compat_table import load_raw_table
+from sglang_guard.rules.rules import MatchContext, Matcher, first_fix, load_default_pack
+from sglang_guard.sglang.releases import known_releases, load_release
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = str(REPO / "configs" / "models" / "tiny-llama")
@@ -304,7 +304,7 @@ def _holds_spec(spec: str, release: str) -> bool:
 
 
 def test_a_cached_shape_from_another_guard_version_is_read() -> None:
-    from sglang_guard.core.facts import ModelShape  # noqa: PLC0415
+    from sglang_guard.preflight.facts import ModelShape  # noqa: PLC0415
 
     shape = ModelShape.from_dict({"num_attention_heads": 4, "dual_chunk_attention": True,
                                   "config_fields": ["index_topk"]})

@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 
 from requestlines import FATAL_TEXTS, quoting
-from sglang_guard.core import blockscan
-from sglang_guard.core.blockscan import BlockScan, unanchored, widen
-from sglang_guard.core.linereader import LineReader
-from sglang_guard.core.logline import clean
-from sglang_guard.core.rules import Matcher, load_default_packs
-from sglang_guard.shell.supervisor import Supervisor
+from sglang_guard.rules import blockscan
+from sglang_guard.rules.blockscan import BlockScan, unanchored, widen
+from sglang_guard.rules.linereader import LineReader
+from sglang_guard.rules.logline import clean
+from sglang_guard.rules.rules import Matcher, load_default_packs
+from sglang_guard.supervise.shell.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
 MATCHER = Matcher(load_default_packs())
@@ -213,7 +213,7 @@ def test_clean_strips_escapes_as_the_pattern_and_drop_list_do() -> None:
     """The ESC-to-ESC walk gives what `_ANSI.sub` followed by dropping ESC and NUL gives."""
     import random  # noqa: PLC0415
 
-    from sglang_guard.core.logline import _ANSI, _DROP  # noqa: PLC0415
+    from sglang_guard.rules.logline import _ANSI, _DROP  # noqa: PLC0415
 
     rng = random.Random(12)  # noqa: S311 - test data, not secrets
     pieces = [b"\x1b[31m", b"\x1b[0m", b"\x1b]0;title\x07", b"\x1b]8;;x\x1b\\", b"\x1b",
@@ -225,7 +225,7 @@ def test_clean_strips_escapes_as_the_pattern_and_drop_list_do() -> None:
 
 
 def test_past_the_start_only_running_phase_rules_are_scanned_for() -> None:
-    from sglang_guard.core.rules import in_phase  # noqa: PLC0415
+    from sglang_guard.rules.rules import in_phase  # noqa: PLC0415
 
     running = [r for r in MATCHER.rules if in_phase(r, "running")]
     assert running and len(running) < len(MATCHER.rules) // 4

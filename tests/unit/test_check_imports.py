@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.shell import gpuprobe
+from sglang_guard.preflight.shell import gpuprobe
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL = REPO / "configs" / "models" / "tiny-llama"
@@ -45,7 +45,8 @@ def test_cached_check_imports_little(tmp_path: Path) -> None:
     assert not {m for m in cached if m.split(".")[0] == "transformers"}
     assert "importlib.metadata" not in cached
     assert "tomllib" in cold and "tomllib" not in cached  # the table's copy was read
-    assert not cached & {"sglang_guard.shell.jobs", "sglang_guard.core.events", "difflib",
+    assert not cached & {"sglang_guard.supervise.shell.jobs", "sglang_guard.supervise.events",
+                         "difflib",
                          "socket", "queue"}
     if gpuprobe._no_nvml_library() is not None:  # no NVIDIA driver on this host
         assert "pynvml" not in cached

@@ -20,12 +20,12 @@ import yaml
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
-from sglang_guard.core.guardconfig import GuardConfig, with_overrides
-from sglang_guard.core.options import OptionSpec, OptionTable
-from sglang_guard.core.redact import is_secret_dest
-from sglang_guard.core.releases import known_releases, load_release
-from sglang_guard.shell.inputs import prepare
-from sglang_guard.shell.whichrelease import Release
+from sglang_guard.config.guardconfig import GuardConfig, with_overrides
+from sglang_guard.preflight.shell.inputs import prepare
+from sglang_guard.preflight.shell.whichrelease import Release
+from sglang_guard.sglang.options import OptionSpec, OptionTable
+from sglang_guard.sglang.redact import is_secret_dest
+from sglang_guard.sglang.releases import known_releases, load_release
 from sglang_guard.ui import decision_json, render_decision
 from support.models import write_llama
 
@@ -139,8 +139,8 @@ def test_explain_shows_a_secret_flags_values_masked(action: str) -> None:
     (it carries the watermark key) is not one by name: its values are masked all the same."""
     from types import SimpleNamespace  # noqa: PLC0415
 
-    from sglang_guard.core.redact import redact_record  # noqa: PLC0415
-    from sglang_guard.shell.explain import fix_as_dict, render_fix  # noqa: PLC0415
+    from sglang_guard.rules.shell.explain import fix_as_dict, render_fix  # noqa: PLC0415
+    from sglang_guard.sglang.redact import redact_record  # noqa: PLC0415
 
     fix = SimpleNamespace(action=action, flag="--watermark-config", old_value='{"key": 7}',
                           new_value='{"key": 8}', free_port=False,

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from sglang_guard.core.compat import (
+from sglang_guard.errors import ConfigError, InputError
+from sglang_guard.preflight.compat import (
     BACKEND_FLAGS,
     CompatTable,
     Problem,
@@ -16,7 +17,6 @@ from sglang_guard.core.compat import (
     load_default_table,
     parse_table,
 )
-from sglang_guard.errors import ConfigError, InputError
 from sglang_guard.resources import config_path
 
 ATTN, PREFILL, DECODE, DRAFT = BACKEND_FLAGS

@@ -21,9 +21,9 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglang_guard.core.compat import load_default_table
-from sglang_guard.core.compat_table import load_raw_table
-from sglang_guard.core.msgsearch import holds
+from sglang_guard.preflight.compat import load_default_table
+from sglang_guard.preflight.compat_table import load_raw_table
+from sglang_guard.sglang.msgsearch import holds
 from support.sglang import WHEELS_MISSING, missing
 
 REPO = Path(__file__).resolve().parents[2]

@@ -15,7 +15,8 @@ import pytest
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
-from sglang_guard.core.dataset import (
+from sglang_guard.errors import EXIT_OK, EXIT_USAGE, InputError
+from sglang_guard.rules.dataset import (
     Entry,
     build_pattern,
     derive_action,
@@ -25,11 +26,9 @@ from sglang_guard.core.dataset import (
     sglang_args,
     split_example,
 )
-from sglang_guard.core.fixes import Literal
-from sglang_guard.core.options import OptionTable
-from sglang_guard.core.packcheck import check_pack
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import (
+from sglang_guard.rules.fixes import Literal
+from sglang_guard.rules.packcheck import check_pack
+from sglang_guard.rules.rules import (
     MatchContext,
     Matcher,
     Rule,
@@ -39,7 +38,8 @@ from sglang_guard.core.rules import (
     parse_pack,
     plan_fix,
 )
-from sglang_guard.errors import EXIT_OK, EXIT_USAGE, InputError
+from sglang_guard.sglang.options import OptionTable
+from sglang_guard.sglang.releases import load_option_table
 
 DATA = Path(__file__).resolve().parent.parent / "data"
 SEED = DATA / "seed-error-record.json"

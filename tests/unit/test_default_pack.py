@@ -12,12 +12,10 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.fixes import Above, Literal
-from sglang_guard.core.logline import clean
-from sglang_guard.core.releases import known_releases, load_option_table, load_release
-from sglang_guard.core.replay import env_for, replay
-from sglang_guard.core.rules import (
+from sglang_guard.resources import config_path
+from sglang_guard.rules.fixes import Above, Literal
+from sglang_guard.rules.logline import clean
+from sglang_guard.rules.rules import (
     Fix,
     MatchContext,
     Matcher,
@@ -25,7 +23,9 @@ from sglang_guard.core.rules import (
     first_fix,
     load_default_pack,
 )
-from sglang_guard.resources import config_path
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import known_releases, load_option_table, load_release
+from sglang_guard.supervise.replay import env_for, replay
 from support.sglang import sglang_src
 
 DATA = Path(__file__).resolve().parent.parent / "data"
@@ -191,7 +191,7 @@ def test_oom_ladder_uses_0_5_23_flags() -> None:
         # One failure prints torch's line first and SGLang's wrapper after it. As the machine
         # decides a burst: a rule below zero (the start-phase torch OOM rule) waits for a
         # later line; the wrapper's rule wins; a wrapper whose rules are spent ends the ladder
-        # (core/machine.py: a fix that did not hold beats a waiting catch-all).
+        # (supervise/machine.py: a fix that did not hold beats a waiting catch-all).
         early = _fix(torch_line, _ctx(flags), fired)
         late, spent = first_fix(MATCHER, capture, _ctx(flags), fired)
         if late is None and spent:

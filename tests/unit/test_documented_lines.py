@@ -18,7 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from sglang_guard.cli import main
-from sglang_guard.core.releases import known_releases, load_release
+from sglang_guard.sglang.releases import known_releases, load_release
 
 REPO = Path(__file__).resolve().parents[2]
 LINES: list[dict[str, Any]] = tomllib.loads(

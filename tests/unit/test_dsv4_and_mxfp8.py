@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from packaging.version import Version
 
 from sglang_guard.cli import main
-from sglang_guard.core.compat import check_kv_sm
-from sglang_guard.core.compat_table import confirmed_only, load_raw_table
-from sglang_guard.core.releases import known_releases, load_release
+from sglang_guard.preflight.compat import check_kv_sm
+from sglang_guard.preflight.compat_table import confirmed_only, load_raw_table
+from sglang_guard.sglang.releases import known_releases, load_release
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = str(REPO / "configs" / "models" / "llama-hd128")

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.edits import Edit, apply_edits, derived_path_for, dump_yaml
-from sglang_guard.core.options import OptionTable
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.edits import Edit, apply_edits, derived_path_for, dump_yaml
+from sglang_guard.sglang.options import OptionTable
 
 DERIVED = "/state/derived"
 ODD = ["--host", "a b", "--served-model-name", "é \t$x", "--model", "/m"]
@@ -128,7 +128,7 @@ SET_PREFILL_OFF = Edit("cuda_graph_backend_prefill", "set", "disabled")
 
 
 def _old_options() -> OptionTable:
-    from sglang_guard.core.releases import load_release  # noqa: PLC0415
+    from sglang_guard.sglang.releases import load_release  # noqa: PLC0415
 
     return load_release(OLD).options
 

@@ -8,16 +8,16 @@ from pathlib import Path
 import pytest
 
 from requestlines import ENV_LINES, FATAL_TEXTS, quoting
-from sglang_guard.core import machine
-from sglang_guard.core.actions import Exit, Journal, Spawn, Stop
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import ChildExited, ChildLine, HealthResult
-from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
-from sglang_guard.core.logline import clean, error_text
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import MatchContext, Matcher, first_fix, load_default_packs
+from sglang_guard.config.guardconfig import GuardConfig, HealthSection, RestartSection
 from sglang_guard.errors import EXIT_ENVIRONMENT
-from sglang_guard.shell.explain import explain_log
+from sglang_guard.rules.logline import clean, error_text
+from sglang_guard.rules.rules import MatchContext, Matcher, first_fix, load_default_packs
+from sglang_guard.rules.shell.explain import explain_log
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Exit, Journal, Spawn, Stop
+from sglang_guard.supervise.events import ChildExited, ChildLine, HealthResult
 
 PACKS = load_default_packs()
 MATCHER = Matcher(PACKS)

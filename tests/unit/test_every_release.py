@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import yaml
 
-from sglang_guard.core.guardconfig import GuardConfig, with_overrides
-from sglang_guard.core.releases import known_releases, load_release
+from sglang_guard.config.guardconfig import GuardConfig, with_overrides
 from sglang_guard.errors import GuardError
-from sglang_guard.shell.inputs import prepare
-from sglang_guard.shell.whichrelease import Release
+from sglang_guard.preflight.shell.inputs import prepare
+from sglang_guard.preflight.shell.whichrelease import Release
+from sglang_guard.sglang.releases import known_releases, load_release
 from sglang_guard.ui import decision_json, render_decision
 from support.models import write_deepseek_v3, write_llama
 

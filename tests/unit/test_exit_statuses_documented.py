@@ -35,7 +35,7 @@ def test_no_color_turns_colour_off_on_a_terminal(monkeypatch: object) -> None:
 
     import pytest  # noqa: PLC0415
 
-    from sglang_guard.shell import logsetup  # noqa: PLC0415
+    from sglang_guard.common.shell import logsetup  # noqa: PLC0415
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:

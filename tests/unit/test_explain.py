@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
-from sglang_guard.core.guardconfig import GuardConfig, RulesSection
+from sglang_guard.config.guardconfig import GuardConfig, RulesSection
 from sglang_guard.errors import EXIT_USAGE, InputError
-from sglang_guard.shell.explain import explain_log
+from sglang_guard.rules.shell.explain import explain_log
 
 PACK = """
 [pack]

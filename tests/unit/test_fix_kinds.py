@@ -1,4 +1,4 @@
-"""The fix vocabulary (core/fixes.py): every kind has its registry entry and its docs row,
+"""The fix vocabulary (rules/fixes.py): every kind has its registry entry and its docs row,
 `new_value` is typed once at parse time, and each form's errors stay one clear line."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
-from sglang_guard.core import fixes
-from sglang_guard.core.actions import Exit, PickPort, Schedule, Spawn, Stop
-from sglang_guard.core.fixes import (
+from sglang_guard.common.outcomes import FixKind
+from sglang_guard.errors import ConfigError
+from sglang_guard.rules import fixes
+from sglang_guard.rules.fixes import (
     FIX_KINDS,
     Above,
     FreePort,
@@ -22,10 +23,9 @@ from sglang_guard.core.fixes import (
     NewValue,
     Scale,
 )
-from sglang_guard.core.outcomes import FixKind
-from sglang_guard.core.rulepack import load_default_packs, parse_pack
-from sglang_guard.core.rules import Matcher
-from sglang_guard.errors import ConfigError
+from sglang_guard.rules.rulepack import load_default_packs, parse_pack
+from sglang_guard.rules.rules import Matcher
+from sglang_guard.supervise.actions import Exit, PickPort, Schedule, Spawn, Stop
 from support.machinerun import Run, events_of, make_env, of, only, record
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "fix-kinds.md"
@@ -129,7 +129,7 @@ def test_the_registry_is_the_only_dispatch_on_kinds() -> None:
     assert not offenders, offenders
 
 
-# -- the machine carries out each kind's reaction (core/machine._apply_fix's match) ----------
+# -- the machine carries out each kind's reaction (supervise/machine._apply_fix's match) ----------
 
 _CASES: dict[FixKind, tuple[str, str, str]] = {
     # kind: (the rule's fields, the line, what the launch after it shows)

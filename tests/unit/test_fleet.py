@@ -1,4 +1,4 @@
-"""core/fleet.py: keys, entries, and what a fleet entry may change, over the whole option table."""
+"""fleet/fleet.py: keys, entries, and what a fleet entry may change, over the whole option table."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import random
 
 import pytest
 
-from sglang_guard.core import fleet
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.options import OptionSpec
-from sglang_guard.core.packcheck import DENIED_FLAGS, is_denied
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import load_default_packs
+from sglang_guard.fleet import fleet
+from sglang_guard.rules.packcheck import DENIED_FLAGS, is_denied
+from sglang_guard.rules.rules import load_default_packs
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.options import OptionSpec
+from sglang_guard.sglang.releases import load_option_table
 
 OPTIONS = load_option_table()
 PACKS = load_default_packs()

@@ -1,4 +1,4 @@
-"""shell/fleet.py's decisions from journal records: scripted histories, an in-memory store."""
+"""fleet/shell/fleet.py's decisions from journal records: scripted histories, an in-memory store."""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sglang_guard.core import fleet as core
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import CommandChanged, Event
-from sglang_guard.core.guardconfig import LearnSection
-from sglang_guard.core.machine import State
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.shell.fleet import Fleet, FleetObserver, bounded
-from sglang_guard.shell.observer import NO_OBSERVER
+from sglang_guard.config.guardconfig import LearnSection
+from sglang_guard.fleet import fleet as core
+from sglang_guard.fleet.shell.fleet import Fleet, FleetObserver, bounded
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise.events import CommandChanged, Event
+from sglang_guard.supervise.machine import State
+from sglang_guard.supervise.shell.observer import NO_OBSERVER
 from support.records import typed
 
 OPTIONS = load_option_table()

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.facts import GpuFacts
 from sglang_guard.errors import InputError
-from sglang_guard.shell.gpuprobe import parse_gpu_sm, probe_gpu, resolve_gpu
+from sglang_guard.preflight.facts import GpuFacts
+from sglang_guard.preflight.shell.gpuprobe import parse_gpu_sm, probe_gpu, resolve_gpu
 
 
 @pytest.mark.parametrize(
@@ -103,7 +103,7 @@ def test_probe_cannot_tell(nvml: FakeNvml, needle: str) -> None:
 
 
 def test_resolve_gpu_override_skips_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sglang_guard.shell.gpuprobe as gp  # noqa: PLC0415
+    import sglang_guard.preflight.shell.gpuprobe as gp  # noqa: PLC0415
 
     monkeypatch.setattr(gp, "probe_gpu", lambda nvml=None: pytest.fail("probed"))
     assert resolve_gpu("100").sm == 100
@@ -111,7 +111,7 @@ def test_resolve_gpu_override_skips_probe(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_resolve_gpu_auto_probes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import sglang_guard.shell.gpuprobe as gp  # noqa: PLC0415
+    import sglang_guard.preflight.shell.gpuprobe as gp  # noqa: PLC0415
 
     monkeypatch.setattr(gp, "probe_gpu", lambda nvml=None: GpuFacts(sm=120, source="nvml"))
     assert resolve_gpu("auto").sm == 120

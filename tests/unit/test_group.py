@@ -1,4 +1,4 @@
-"""core/group.py on a fake clock: the group's spec, digests, the leader's roster, a follower."""
+"""group/group.py on a fake clock: the group's spec, digests, the leader's roster, a follower."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from sglang_guard.core import group
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import GroupExit, GroupReady, GroupRelaunch
-from sglang_guard.core.outcomes import GiveUpCause
-from sglang_guard.core.releases import load_option_table
+from sglang_guard.common.outcomes import GiveUpCause
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST, InputError
+from sglang_guard.group import group
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise.events import GroupExit, GroupReady, GroupRelaunch
 
 OPTIONS = load_option_table()
 BASE = ("--model-path", "/m", "--tp", "16", "--nnodes", "3", "--dist-init-addr",
@@ -256,7 +256,7 @@ def test_the_lws_manifest_wires_the_group_port() -> None:
 
     import yaml  # noqa: PLC0415
 
-    from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT, parse_guard_config  # noqa: PLC0415
+    from sglang_guard.config.guardconfig import DEFAULT_GROUP_PORT, parse_guard_config  # noqa: PLC0415
 
     path = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes" / "leaderworkerset.yaml"
     docs = {d["kind"]: d for d in yaml.safe_load_all(path.read_text())}

@@ -1,4 +1,5 @@
-"""shell/group.py's two sides, without the network: the leader's handlers, a worker's reports."""
+"""group/shell/group.py's two sides, without the network: the leader's handlers, a worker's
+reports."""
 
 from __future__ import annotations
 
@@ -7,10 +8,18 @@ from collections.abc import Iterator
 
 import pytest
 
-from sglang_guard.core import group as core
-from sglang_guard.core.actions import Exit, Journal, Spawn, Stop
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import (
+from sglang_guard.common.outcomes import GaveUp, GiveUpCause, LogFix, Ready, StartStalled
+from sglang_guard.config.guardconfig import GroupSection
+from sglang_guard.errors import EXIT_GIVE_UP
+from sglang_guard.group import group as core
+from sglang_guard.group.shell.groupleader import LeaderLink
+from sglang_guard.group.shell.groupwire import reply_of
+from sglang_guard.group.shell.groupworker import WorkerLink
+from sglang_guard.rules.rules import Matcher, parse_pack
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise.actions import Exit, Journal, Spawn, Stop
+from sglang_guard.supervise.events import (
     ChildExited,
     ChildLine,
     Event,
@@ -18,15 +27,7 @@ from sglang_guard.core.events import (
     PeerDown,
     PeerLine,
 )
-from sglang_guard.core.guardconfig import GroupSection
-from sglang_guard.core.machine import State
-from sglang_guard.core.outcomes import GaveUp, GiveUpCause, LogFix, Ready, StartStalled
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import Matcher, parse_pack
-from sglang_guard.errors import EXIT_GIVE_UP
-from sglang_guard.shell.groupleader import LeaderLink
-from sglang_guard.shell.groupwire import reply_of
-from sglang_guard.shell.groupworker import WorkerLink
+from sglang_guard.supervise.machine import State
 
 OPTIONS = load_option_table()
 ARGV = ("--model-path", "/m", "--nnodes", "2", "--dist-init-addr", "127.0.0.1:20000")

@@ -1,4 +1,4 @@
-"""core/groupauth.py: the MACs, the replay window, the body limits, strict JSON."""
+"""group/groupauth.py: the MACs, the replay window, the body limits, strict JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from sglang_guard.core import groupauth as auth
+from sglang_guard.group import groupauth as auth
 
 SECRET = b"s" * 32
 PATH = "/group/beat"

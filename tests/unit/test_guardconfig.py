@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.guardconfig import GuardConfig, PolicyConfig, parse_guard_config
+from sglang_guard.config.guardconfig import GuardConfig, PolicyConfig, parse_guard_config
+from sglang_guard.config.shell.configfile import locate, read_guard_config
 from sglang_guard.errors import ConfigError
-from sglang_guard.shell.configfile import locate, read_guard_config
 
 FULL = """
 state = { dir = "/var/lib/g" }

@@ -22,12 +22,12 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.compat import BACKEND_FLAGS, CompatTable, load_default_table
-from sglang_guard.core.guardconfig import PolicyConfig
-from sglang_guard.core.preflight import Decision, Finding
-from sglang_guard.core.sizes import phase_of
-from sglang_guard.shell.inputs import decide, gather
-from sglang_guard.shell.whichrelease import Release, resolve_release
+from sglang_guard.config.guardconfig import PolicyConfig
+from sglang_guard.preflight.compat import BACKEND_FLAGS, CompatTable, load_default_table
+from sglang_guard.preflight.preflight import Decision, Finding
+from sglang_guard.preflight.shell.inputs import decide, gather
+from sglang_guard.preflight.shell.whichrelease import Release, resolve_release
+from sglang_guard.preflight.sizes import phase_of
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RECORD = DATA / "h200-conformance-0.5.23.jsonl"
@@ -75,7 +75,7 @@ def _decide(row: dict[str, Any]) -> Decision:
 
 
 def _phase(compat: CompatTable, f: Finding) -> str:
-    """The phase of the rule behind a finding: core/sizes.py's, or the backend table's."""
+    """The phase of the rule behind a finding: preflight/sizes.py's, or the backend table's."""
     source = (f.source or "").split(" (")[0]
     own = phase_of(source)
     if own is not None:

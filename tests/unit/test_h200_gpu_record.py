@@ -33,10 +33,10 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.guardconfig import PolicyConfig
-from sglang_guard.core.preflight import Decision
-from sglang_guard.shell.inputs import decide, gather
-from sglang_guard.shell.whichrelease import Release, resolve_release
+from sglang_guard.config.guardconfig import PolicyConfig
+from sglang_guard.preflight.preflight import Decision
+from sglang_guard.preflight.shell.inputs import decide, gather
+from sglang_guard.preflight.shell.whichrelease import Release, resolve_release
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "data"

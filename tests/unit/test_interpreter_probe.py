@@ -18,8 +18,8 @@ from click.testing import CliRunner
 
 from sglang_guard.cli import main
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_USAGE, InputError, SglangMissing
-from sglang_guard.shell.release import interpreter_path
-from sglang_guard.shell.whichrelease import resolve_release
+from sglang_guard.preflight.shell.whichrelease import resolve_release
+from sglang_guard.sglang.shell.release import interpreter_path
 from support.sites import site_with
 
 

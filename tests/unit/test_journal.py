@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.outcomes import ChildStarted, ReloadApplied, Stable
+from sglang_guard.common.outcomes import ChildStarted, ReloadApplied, Stable
 from sglang_guard.errors import ConfigError
-from sglang_guard.shell.journal import Journal, read_journal
+from sglang_guard.supervise.shell.journal import Journal, read_journal
 
 
 def test_each_event_is_one_line_with_ts_and_event(tmp_path: Path) -> None:

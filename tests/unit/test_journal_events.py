@@ -1,4 +1,4 @@
-"""The journal's events as types (core/outcomes.py): the format the journal had, and names
+"""The journal's events as types (common/outcomes.py): the format the journal had, and names
 that mypy checks.
 
 Every record shape the guard wrote before its events were typed (tests/data/
@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import outcomes
-from sglang_guard.core.outcomes import GiveUpCause, JournalEvent
+from sglang_guard.common.outcomes import GiveUpCause, JournalEvent
+from sglang_guard.supervise import outcomes
 from support.records import event_classes, kind_of, typed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,14 +67,14 @@ def test_every_event_is_a_frozen_value() -> None:
 
 
 GOOD = """
-from sglang_guard.core.outcomes import GaveUp, GiveUpCause, StartStalled
+from sglang_guard.common.outcomes import GaveUp, GiveUpCause, StartStalled
 
 a = GaveUp(reason="x", cause=GiveUpCause.CRASH_LOOP)
 b = StartStalled(gen=1, stage="s", line="l", silent_s=1.0, limit_s=1.0, action="restart")
 """
 
 BAD = """
-from sglang_guard.core.outcomes import GaveUp, GiveUpCause, StartStaled
+from sglang_guard.common.outcomes import GaveUp, GiveUpCause, StartStaled
 
 a = GaveUp(reason="x", why=GiveUpCause.CRASH_LOOP)
 b = GaveUp(reason="x", cause="crash_loop")
@@ -108,10 +108,11 @@ def test_the_outcomes_module_holds_every_kind_the_code_emits() -> None:
 
 
 def test_no_module_spells_a_record_or_reads_one_back() -> None:
-    # A record's `"event": ...` is written in core/outcomes.py alone, and no module reads a
-    # record's `event` back (structlog's own `event` in shell/logsetup.py and SGLang's request
-    # records in core/logline.py are not the journal's).
-    others = {"core/outcomes.py", "shell/logsetup.py", "core/logline.py"}
+    # A record's `"event": ...` is written in common/outcomes.py alone, and no module reads a
+    # record's `event` back (structlog's own `event` in common/shell/logsetup.py and SGLang's
+    # request
+    # records in rules/logline.py are not the journal's).
+    others = {"common/outcomes.py", "common/shell/logsetup.py", "rules/logline.py"}
     shape = re.compile(r'"event"\s*:|\[\s*"event"\s*\]|\.get\(\s*"event"')
     package = REPO / "wrapper" / "sglang_guard"
     found = [f"{p.relative_to(package)}: {line.strip()}" for p in sorted(package.rglob("*.py"))

@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from sglang_guard.cli import main as cli_main
-from sglang_guard.core.guardconfig import (
+from sglang_guard.config.guardconfig import (
     DEFAULT_STATUS_PORT,
     TERMINATION_LOG,
     RestartSection,
     parse_listen,
 )
-from sglang_guard.shell.status import ENV_ALLOW_REMOTE, ENV_LISTEN, PROBES
+from sglang_guard.status.shell.status import ENV_ALLOW_REMOTE, ENV_LISTEN, PROBES
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = sorted((ROOT / "deploy" / "kubernetes").glob("*.yaml"))
@@ -79,7 +79,7 @@ def test_pod_runs_the_guard_as_documented(name: str, role: str, spec: dict[str, 
 
 def configmap_guard(name: str) -> Any:
     """The guard config the manifest's ConfigMap holds."""
-    from sglang_guard.core.guardconfig import parse_guard_config  # noqa: PLC0415
+    from sglang_guard.config.guardconfig import parse_guard_config  # noqa: PLC0415
 
     (doc,) = [d for p in MANIFESTS if p.name == name for d in yaml.safe_load_all(p.read_text())
               if d["kind"] == "ConfigMap"]
@@ -89,8 +89,8 @@ def configmap_guard(name: str) -> Any:
 @pytest.mark.parametrize(("name", "role", "spec"), workloads())
 def test_pod_is_locked_down_and_every_writable_path_is_a_volume(
         name: str, role: str, spec: dict[str, Any]) -> None:
-    from sglang_guard.core.guardconfig import StartSection  # noqa: PLC0415
-    from sglang_guard.core.stages import STAGES  # noqa: PLC0415
+    from sglang_guard.config.guardconfig import StartSection  # noqa: PLC0415
+    from sglang_guard.rules.stages import STAGES  # noqa: PLC0415
 
     pod = spec["securityContext"]
     assert pod["runAsNonRoot"] is True and pod["runAsUser"] >= 10000  # a fixed, non-root UID
@@ -119,7 +119,7 @@ def test_pod_is_locked_down_and_every_writable_path_is_a_volume(
 
 
 def test_the_lws_group_is_authenticated_and_fenced() -> None:
-    from sglang_guard.core.guardconfig import DEFAULT_GROUP_PORT  # noqa: PLC0415
+    from sglang_guard.config.guardconfig import DEFAULT_GROUP_PORT  # noqa: PLC0415
 
     cfg = configmap_guard("leaderworkerset.yaml").group
     assert cfg.secret_file and not cfg.insecure

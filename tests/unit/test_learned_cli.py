@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
-from sglang_guard.core import fleet
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.packcheck import check_pack
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import MatchContext, Matcher, first_fix, parse_pack
-from sglang_guard.shell.fleetstore import FileStore
+from sglang_guard.fleet import fleet
+from sglang_guard.fleet.shell.fleetstore import FileStore
+from sglang_guard.rules.packcheck import check_pack
+from sglang_guard.rules.rules import MatchContext, Matcher, first_fix, parse_pack
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
 
 KEY = "ab" * 32
 LINE = "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90. (got sm100)"

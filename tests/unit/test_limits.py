@@ -1,4 +1,5 @@
-"""Input limits (core/limits.py) and the bounded line reader of `explain` (shell/logstream.py)."""
+"""Input limits (config/limits.py) and the bounded line reader of `explain`
+(rules/shell/logstream.py)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ import tomllib
 import pytest
 import yaml
 
-from sglang_guard.core.limits import (
+from sglang_guard.config.limits import (
     MAX_DEPTH,
     LimitError,
     check_json,
     toml_loads,
     yaml_safe_load,
 )
-from sglang_guard.shell.logstream import bounded_lines
+from sglang_guard.rules.shell.logstream import bounded_lines
 
 
 def test_json_depth_counts_brackets_outside_strings_only() -> None:

@@ -8,7 +8,7 @@ import json
 import subprocess
 import sys
 
-from sglang_guard.shell import logsetup
+from sglang_guard.common.shell import logsetup
 
 NOW = datetime.datetime(2026, 12, 1, 20, 0, 0, 123456, tzinfo=datetime.UTC)
 
@@ -47,7 +47,7 @@ def test_level_filter_and_stream() -> None:
 
 
 def test_importing_and_logging_pulls_no_asyncio_or_ssl() -> None:
-    code = ("import sys; from sglang_guard.shell import logsetup;"
+    code = ("import sys; from sglang_guard.common.shell import logsetup;"
             "logsetup.configure('json'); logsetup.get_logger().info('x.y', a=1);"
             "print(sorted(m for m in ('asyncio', 'ssl', 'structlog') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

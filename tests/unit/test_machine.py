@@ -8,8 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from sglang_guard.core import machine
-from sglang_guard.core.actions import (
+from sglang_guard.config.guardconfig import HealthSection
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
+from sglang_guard.rules.rules import Matcher, parse_pack
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import (
     Exit,
     Journal,
     Notify,
@@ -19,7 +22,7 @@ from sglang_guard.core.actions import (
     Spawn,
     Stop,
 )
-from sglang_guard.core.events import (
+from sglang_guard.supervise.events import (
     ChildExited,
     ChildLine,
     FileChanged,
@@ -27,9 +30,6 @@ from sglang_guard.core.events import (
     SignalReceived,
     Tick,
 )
-from sglang_guard.core.guardconfig import HealthSection
-from sglang_guard.core.rules import Matcher, parse_pack
-from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
 from support.machinerun import (
     ARGV,
     Run,

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sglang_guard.core import machine
-from sglang_guard.core.actions import Exit, Probe, Schedule, Spawn, Stop
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import GroupExit, GroupReady, GroupRelaunch, PeerDown, PeerLine
-from sglang_guard.core.outcomes import GiveUpCause
+from sglang_guard.common.outcomes import GiveUpCause
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_LEADER_LOST
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Exit, Probe, Schedule, Spawn, Stop
+from sglang_guard.supervise.events import GroupExit, GroupReady, GroupRelaunch, PeerDown, PeerLine
 from support.machinerun import (
     ARGV,
     OPTIONS,

@@ -1,7 +1,7 @@
 """The status port without prometheus-client's exposition module or http.server (issue 24).
 
-`shell/metrics.py` imports only prometheus-client's metric classes, registry and process
-collector, and writes the text format itself; `shell/statusserver.py` speaks its HTTP on
+`status/shell/metrics.py` imports only prometheus-client's metric classes, registry and process
+collector, and writes the text format itself; `status/shell/statusserver.py` speaks its HTTP on
 socketserver. Here, in fresh interpreters: the status-on run path serves /metrics, /status
 and /readyz with none of ssl, http.client, http.server, email, urllib.request, wsgiref or
 asyncio imported; its text format is byte for byte what prometheus-client's own
@@ -25,10 +25,10 @@ HEAVY = ("ssl", "_ssl", "http.client", "http.server", "email", "urllib.request",
 SERVE = r"""
 import json, re, socket, sys
 PATCH
-import sglang_guard.shell.runner, sglang_guard.shell.session  # the run path
-from sglang_guard.core.status import Counts
-from sglang_guard.shell.status import StatusBoard
-from sglang_guard.shell.statusserver import StatusServer
+import sglang_guard.supervise.shell.runner, sglang_guard.supervise.shell.session  # the run path
+from sglang_guard.status.status import Counts
+from sglang_guard.status.shell.status import StatusBoard
+from sglang_guard.status.shell.statusserver import StatusServer
 
 board = StatusBoard(metrics=True)
 m = board.metrics

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from sglang_guard.errors import InputError, ModelError
-from sglang_guard.shell import modelprobe
-from sglang_guard.shell.modelprobe import cache_dir, parse_overrides, resolve_model
+from sglang_guard.preflight.shell import modelprobe
+from sglang_guard.preflight.shell.modelprobe import cache_dir, parse_overrides, resolve_model
 from support.models import write_deepseek_v3, write_llama
 
 

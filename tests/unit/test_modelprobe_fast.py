@@ -25,7 +25,7 @@ PROBE = r"""
 import json, os, sys, types
 from click.testing import CliRunner
 from sglang_guard.cli import main
-from sglang_guard.shell import modelprobe
+from sglang_guard.preflight.shell import modelprobe
 models, backends, way = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
 if way == "broken":
     modelprobe._BARE = (*modelprobe._BARE, "transformers.models.no_such_package")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.shell.notify import Notifier
+from sglang_guard.supervise.shell.notify import Notifier
 
 
 @pytest.fixture

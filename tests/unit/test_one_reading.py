@@ -10,19 +10,19 @@ from dataclasses import replace
 import pytest
 
 from requestlines import FATAL_TEXTS, MESSAGES, quoting
-from sglang_guard.core import machine
-from sglang_guard.core import tracebacks as tb
-from sglang_guard.core.actions import Exit, Journal, Spawn
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.blockscan import BlockScan
-from sglang_guard.core.events import ChildExited, ChildLine, Tick
-from sglang_guard.core.fixes import Scale
-from sglang_guard.core.guardconfig import GuardConfig, HealthSection, RestartSection
-from sglang_guard.core.logline import clean
-from sglang_guard.core.outcomes import FixKind
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import MatchContext, Matcher, load_default_packs, plan_fix
-from sglang_guard.shell.explain import explain_fix, explain_lines
+from sglang_guard.common.outcomes import FixKind
+from sglang_guard.config.guardconfig import GuardConfig, HealthSection, RestartSection
+from sglang_guard.rules import tracebacks as tb
+from sglang_guard.rules.blockscan import BlockScan
+from sglang_guard.rules.fixes import Scale
+from sglang_guard.rules.logline import clean
+from sglang_guard.rules.rules import MatchContext, Matcher, load_default_packs, plan_fix
+from sglang_guard.rules.shell.explain import explain_fix, explain_lines
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Exit, Journal, Spawn
+from sglang_guard.supervise.events import ChildExited, ChildLine, Tick
 
 PACKS = load_default_packs()
 MATCHER = Matcher(PACKS)

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.options import OptionTable, parse_table
-from sglang_guard.core.releases import load_option_table
 from sglang_guard.errors import ConfigError
+from sglang_guard.sglang.options import OptionTable, parse_table
+from sglang_guard.sglang.releases import load_option_table
 
 
 def test_table_is_sglang_0_5_23(options: OptionTable) -> None:

@@ -1,4 +1,4 @@
-"""The outcome vocabulary (core/outcomes.py): phases, fix kinds and give-up causes as enums.
+"""The outcome vocabulary (common/outcomes.py): phases, fix kinds and give-up causes as enums.
 
 The give-up label of the metrics and /status comes from the cause the machine journals with
 the give-up, never from the message's wording; a held worker shows `held`.
@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sglang_guard.core import machine
-from sglang_guard.core import status as model
-from sglang_guard.core.actions import Journal
-from sglang_guard.core.events import ChildLine
-from sglang_guard.core.fixes import FIX_KINDS
-from sglang_guard.core.guardconfig import StartSection
-from sglang_guard.core.outcomes import FixKind, GiveUpCause, Phase
-from sglang_guard.shell.metrics import Metrics
+from sglang_guard.common.outcomes import FixKind, GiveUpCause, Phase
+from sglang_guard.config.guardconfig import StartSection
+from sglang_guard.rules.fixes import FIX_KINDS
+from sglang_guard.status import status as model
+from sglang_guard.status.shell.metrics import Metrics
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Journal
+from sglang_guard.supervise.events import ChildLine
 from support.machinerun import Run, make_env
 from support.pack import DRAFT_LINE, GIVE_UP_LINE
 from support.records import typed

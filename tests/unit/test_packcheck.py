@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.guardconfig import GuardConfig, RulesSection
-from sglang_guard.core.options import OptionTable
-from sglang_guard.core.packcheck import (
+from sglang_guard.config.guardconfig import GuardConfig, RulesSection
+from sglang_guard.errors import ConfigError
+from sglang_guard.rules.packcheck import (
     check_allow_set,
     check_pack,
     is_denied,
     release_to_check,
     resolve_flag,
 )
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import RulePack, load_default_pack, parse_pack
-from sglang_guard.errors import ConfigError
-from sglang_guard.shell.packs import load_packs, other_release_has
+from sglang_guard.rules.rules import RulePack, load_default_pack, parse_pack
+from sglang_guard.rules.shell.packs import load_packs, other_release_has
+from sglang_guard.sglang.options import OptionTable
+from sglang_guard.sglang.releases import load_option_table
 
 PATH = "/etc/guard/rules/mine.toml"
 

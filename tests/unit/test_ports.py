@@ -13,15 +13,10 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import machine
-from sglang_guard.core.actions import Action, Exit, Journal, PickPort, Spawn, Stop
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import ChildExited, ChildLine, PortChosen, SignalReceived
-from sglang_guard.core.guardconfig import HealthSection, RestartSection
-from sglang_guard.core.packcheck import check_pack
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.replay import env_for, replay
-from sglang_guard.core.rules import (
+from sglang_guard.config.guardconfig import HealthSection, RestartSection
+from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, ConfigError
+from sglang_guard.rules.packcheck import check_pack
+from sglang_guard.rules.rules import (
     Fix,
     MatchContext,
     Matcher,
@@ -29,10 +24,15 @@ from sglang_guard.core.rules import (
     load_default_packs,
     parse_pack,
 )
-from sglang_guard.core.status import phase_of
-from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK, ConfigError
-from sglang_guard.shell import ports
-from sglang_guard.shell.explain import fix_as_dict, render_fix
+from sglang_guard.rules.shell.explain import fix_as_dict, render_fix
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.status.status import phase_of
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Action, Exit, Journal, PickPort, Spawn, Stop
+from sglang_guard.supervise.events import ChildExited, ChildLine, PortChosen, SignalReceived
+from sglang_guard.supervise.replay import env_for, replay
+from sglang_guard.supervise.shell import ports
 from support.sglang import WHEELS_MISSING, missing
 
 OPTIONS = load_option_table()

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.compat import CompatTable, load_default_table
-from sglang_guard.core.edits import derived_path_for
-from sglang_guard.core.facts import GpuFacts, ModelFacts
-from sglang_guard.core.guardconfig import PolicyConfig
-from sglang_guard.core.options import OptionTable
-from sglang_guard.core.preflight import Decision, preflight
+from sglang_guard.config.guardconfig import PolicyConfig
+from sglang_guard.preflight.compat import CompatTable, load_default_table
+from sglang_guard.preflight.facts import GpuFacts, ModelFacts
+from sglang_guard.preflight.preflight import Decision, preflight
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.edits import derived_path_for
+from sglang_guard.sglang.options import OptionTable
 
 DERIVED = "/state/derived"
 LLAMA = ModelFacts("/m", ("LlamaForCausalLM",), "mha", "llama")

@@ -1,13 +1,13 @@
 """Issues 20 and 24: the reader's lines decide what a full per-line pass decides.
 
-The same bytes go through the reader's line reader (core/linereader.py) with the
-supervisor's own per-line scan and filter (shell/supervisor.Supervisor._scan/_keep) on
+The same bytes go through the reader's line reader (rules/linereader.py) with the
+supervisor's own per-line scan and filter (supervise/shell/supervisor.Supervisor._scan/_keep) on
 Hyperscan+RE2, on RE2 alone, and with no scan at all (every line read), and the lines it
-emits through the supervisor's machine (core/replay.py): the fix must be the same, over every
+emits through the supervisor's machine (supervise/replay.py): the fix must be the same, over every
 stored real log and mutations of it (CRLF line ends, ANSI colours, an invalid UTF-8 byte, a
 NUL, chunk splits at every offset of the fatal line, a 10 MB line before it, random
 chunkings, a fatal traceback at a random place in a flood). Line by line, the reader emits
-exactly the lines of an independent per-line pass (split, clean, core/tracebacks.step) that
+exactly the lines of an independent per-line pass (split, clean, rules/tracebacks.step) that
 the machine acts on: an exception line that ends a traceback, or a line `_keep` keeps. And
 `explain`'s CLI path (the matching lines only) gives that fix.
 """
@@ -26,18 +26,18 @@ from typing import Any
 import pytest
 
 from requestlines import FATAL_TEXTS, TS, quoting
-from sglang_guard.core import tracebacks
-from sglang_guard.core.argv import CommandLine
-from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.linereader import Line, LineReader
-from sglang_guard.core.logline import LINE_CAP, clean
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.replay import Replay, env_for
-from sglang_guard.core.rules import Fix, Matcher, load_default_packs
-from sglang_guard.shell import child
-from sglang_guard.shell.explain import explain_fix, explain_lines, matching_lines
-from sglang_guard.shell.inputs import read_command_line
-from sglang_guard.shell.supervisor import Supervisor
+from sglang_guard.config.guardconfig import GuardConfig
+from sglang_guard.preflight.shell.inputs import read_command_line
+from sglang_guard.rules import tracebacks
+from sglang_guard.rules.linereader import Line, LineReader
+from sglang_guard.rules.logline import LINE_CAP, clean
+from sglang_guard.rules.rules import Fix, Matcher, load_default_packs
+from sglang_guard.rules.shell.explain import explain_fix, explain_lines, matching_lines
+from sglang_guard.sglang.argv import CommandLine
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise.replay import Replay, env_for
+from sglang_guard.supervise.shell import child
+from sglang_guard.supervise.shell.supervisor import Supervisor
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PACKS = load_default_packs()

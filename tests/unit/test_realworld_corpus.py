@@ -22,12 +22,12 @@ from click.testing import CliRunner
 from packaging.version import InvalidVersion, Version
 
 from sglang_guard.cli import main
-from sglang_guard.core.fixes import number
-from sglang_guard.core.guardconfig import GuardConfig
-from sglang_guard.core.logline import clean
-from sglang_guard.core.rules import Fix
-from sglang_guard.shell.child import LINE_CAP
-from sglang_guard.shell.explain import explain_fix
+from sglang_guard.config.guardconfig import GuardConfig
+from sglang_guard.rules.fixes import number
+from sglang_guard.rules.logline import clean
+from sglang_guard.rules.rules import Fix
+from sglang_guard.rules.shell.explain import explain_fix
+from sglang_guard.supervise.shell.child import LINE_CAP
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "realworld"
 PATHS = sorted(CORPUS.glob("*.toml"))

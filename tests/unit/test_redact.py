@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_guard.core.options import OptionTable
-from sglang_guard.core.redact import (
+from sglang_guard.sglang.options import OptionTable
+from sglang_guard.sglang.redact import (
     MASK,
     is_secret_dest,
     redact_argv,

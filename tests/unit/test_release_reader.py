@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core import sgl_options
 from sglang_guard.errors import InputError
-from sglang_guard.shell.release import (
+from sglang_guard.sglang import sgl_options
+from sglang_guard.sglang.shell.release import (
     ReleaseFact,
     derive_release,
     find_release,
@@ -93,7 +93,7 @@ def test_unknown_release_tables_are_derived_and_cached(tmp_path: Path,
     def boom(*_: object) -> None:
         raise AssertionError("the cached table must be used")
 
-    # The reader is imported when a table is derived (shell/release.py keeps `check` light).
+    # The reader is imported when a table is derived (sglang/shell/release.py keeps `check` light).
     monkeypatch.setattr(sgl_options, "release_table", boom)
     assert derive_release(fact, cache).options == tables.options
     # A different RECORD (a reinstall) is a different cache entry: read again.

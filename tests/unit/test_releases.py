@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import releases
-from sglang_guard.core.releases import load_option_table
 from sglang_guard.errors import ConfigError
 from sglang_guard.resources import config_path
+from sglang_guard.sglang import releases
+from sglang_guard.sglang.releases import load_option_table
 
 
 def normalised(table: dict[str, Any], unordered: set[str]) -> dict[str, Any]:

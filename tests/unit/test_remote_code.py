@@ -1,4 +1,4 @@
-"""`trust_remote_code` exactly as SGLang 0.5.23 decides it (core/argv.py::remote_code_trust).
+"""`trust_remote_code` exactly as SGLang 0.5.23 decides it (sglang/argv.py::remote_code_trust).
 
 The model's `configuration_marker.py` writes a marker file when it is executed: the guard
 must run it only for a command line SGLang's parser accepts with the flag stored True.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.releases import load_release
-from sglang_guard.core.renames import (
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_release
+from sglang_guard.sglang.renames import (
     RenameFinding,
     derive_renames,
     load_renames,

@@ -8,10 +8,9 @@ from collections.abc import Mapping
 
 import pytest
 
-from sglang_guard.core.logline import clean
-from sglang_guard.core.options import OptionTable
-from sglang_guard.core.options import parse_table as parse_option_table
-from sglang_guard.core.rules import (
+from sglang_guard.errors import ConfigError
+from sglang_guard.rules.logline import clean
+from sglang_guard.rules.rules import (
     MatchContext,
     Matcher,
     Rule,
@@ -20,7 +19,8 @@ from sglang_guard.core.rules import (
     parse_pack,
     plan_fix,
 )
-from sglang_guard.errors import ConfigError
+from sglang_guard.sglang.options import OptionTable
+from sglang_guard.sglang.options import parse_table as parse_option_table
 
 HEAD = '[pack]\nname = "t"\nsglang_versions = ">=0.5.23"\n'
 

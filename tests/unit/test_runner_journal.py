@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_guard.core.preflight import Decision, Finding
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.shell.journal import Journal, read_journal
-from sglang_guard.shell.runner import journal_preflight
+from sglang_guard.preflight.preflight import Decision, Finding
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise.shell.journal import Journal, read_journal
+from sglang_guard.supervise.shell.runner import journal_preflight
 
 
 def _decision(value: str) -> Decision:

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core import blockscan
-from sglang_guard.core.blockscan import BlockScan
-from sglang_guard.shell.scancache import MAGIC, FileStore
+from sglang_guard.rules import blockscan
+from sglang_guard.rules.blockscan import BlockScan
+from sglang_guard.rules.shell.scancache import MAGIC, FileStore
 
 pytestmark = pytest.mark.skipif(blockscan._hs is None, reason="no hyperscan wheel here")
 
@@ -86,7 +86,7 @@ def test_a_corrupt_file_falls_back_to_compiling(tmp_path: Path, compiles: list[i
     elif damage == "wrong-magic":
         data[:4] = b"XXXX"
     else:  # our framing is intact, the payload is not a Hyperscan database
-        from sglang_guard.core.sha import sha256  # noqa: PLC0415
+        from sglang_guard.common.sha import sha256  # noqa: PLC0415
 
         junk = os.urandom(4096)
         data = bytearray(MAGIC + sha256(junk).digest() + junk)
@@ -147,7 +147,7 @@ def test_keys_that_are_not_digests_are_refused(tmp_path: Path) -> None:
 
 def test_a_miss_is_built_in_a_child_process_and_loaded(tmp_path: Path, compiles: list[int]
                                                       ) -> None:
-    from sglang_guard.shell.scancache import build_elsewhere  # noqa: PLC0415
+    from sglang_guard.rules.shell.scancache import build_elsewhere  # noqa: PLC0415
 
     expected = _answers(None)
     before = len(compiles)

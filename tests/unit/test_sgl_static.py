@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core.sgl_arch import arch_lists
-from sglang_guard.core.sgl_ast import Evaluator, Unknown
-from sglang_guard.core.sgl_options import option_dump, release_table
-from sglang_guard.shell.sglsource import dir_reader
+from sglang_guard.sglang.sgl_arch import arch_lists
+from sglang_guard.sglang.sgl_ast import Evaluator, Unknown
+from sglang_guard.sglang.sgl_options import option_dump, release_table
+from sglang_guard.sglang.shell.sglsource import dir_reader
 from support.sglang import WHEELS_MISSING, missing
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def _wheel(version: str) -> Path | None:
 
 
 def test_0523_wheel_reads_like_the_argparse_dump() -> None:
-    from sglang_guard.shell.sglsource import wheel_reader  # noqa: PLC0415
+    from sglang_guard.sglang.shell.sglsource import wheel_reader  # noqa: PLC0415
 
     wheel = _wheel("0.5.23")
     if wheel is None:
@@ -135,8 +135,8 @@ def test_every_shipped_table_regenerates_from_its_wheel() -> None:
 def test_every_rename_cites_the_line_of_its_note() -> None:
     if not _all_wheels():
         missing(WHEELS_MISSING)
-    from sglang_guard.core.renames import load_renames  # noqa: PLC0415
-    from sglang_guard.shell.sglsource import wheel_reader  # noqa: PLC0415
+    from sglang_guard.sglang.renames import load_renames  # noqa: PLC0415
+    from sglang_guard.sglang.shell.sglsource import wheel_reader  # noqa: PLC0415
 
     readers: dict[str, Any] = {}
     for r in load_renames():
@@ -167,7 +167,7 @@ def test_table_equals_the_releases_own_parser_where_it_imports_without_torch(
 ) -> None:
     import zipfile  # noqa: PLC0415
 
-    from sglang_guard.core.releases import shipped_table  # noqa: PLC0415
+    from sglang_guard.sglang.releases import shipped_table  # noqa: PLC0415
 
     wheel = _wheel(version)
     if wheel is None:

@@ -1,4 +1,5 @@
-"""core/sizes.py: each rule fires on SGLang's arithmetic and stays quiet where SGLang accepts."""
+"""preflight/sizes.py: each rule fires on SGLang's arithmetic and stays quiet where SGLang
+accepts."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ from pathlib import Path
 import pytest
 from packaging.specifiers import SpecifierSet
 
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.compat import load_default_table
-from sglang_guard.core.facts import GpuFacts, ModelFacts, ModelShape
-from sglang_guard.core.guardconfig import PolicyConfig
-from sglang_guard.core.options import OptionTable
-from sglang_guard.core.preflight import Decision, preflight
-from sglang_guard.core.sizes import CHECKS, SizeFinding, check_sizes, confirm, holds_for
-from sglang_guard.shell.modelprobe import resolve_model
+from sglang_guard.config.guardconfig import PolicyConfig
+from sglang_guard.preflight.compat import load_default_table
+from sglang_guard.preflight.facts import GpuFacts, ModelFacts, ModelShape
+from sglang_guard.preflight.preflight import Decision, preflight
+from sglang_guard.preflight.shell.modelprobe import resolve_model
+from sglang_guard.preflight.sizes import CHECKS, SizeFinding, check_sizes, confirm, holds_for
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.options import OptionTable
 
 FP8 = (128, 128)
 LLAMA = ModelFacts("/m", ("LlamaForCausalLM",), "mha", "llama", shape=ModelShape(
@@ -67,7 +68,7 @@ def test_every_check_names_its_source_and_releases() -> None:
 
 
 def test_a_newer_release_keeps_the_checks_its_source_holds() -> None:
-    from sglang_guard.core.msgsearch import NOT_SERVER, normalise  # noqa: PLC0415
+    from sglang_guard.sglang.msgsearch import NOT_SERVER, normalise  # noqa: PLC0415
     from support.sglang import sglang_src  # noqa: PLC0415
 
     root = sglang_src()

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from sglang_guard.core.releases import known_releases, load_option_table
 from sglang_guard.resources import config_path
-from sglang_guard.shell import packs
+from sglang_guard.rules.shell import packs
+from sglang_guard.sglang.releases import known_releases, load_option_table
 
 
 def test_shipped_spellings_equal_every_tables_canonical_spellings() -> None:

@@ -6,20 +6,20 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import machine
-from sglang_guard.core.actions import Action, Exit, Journal, Schedule, Spawn, Stop
-from sglang_guard.core.argv import parse_command_line
-from sglang_guard.core.events import ChildExited, ChildLine, ChildOutput, ChildStage, Tick
-from sglang_guard.core.guardconfig import (
+from sglang_guard.config.guardconfig import (
     HealthSection,
     RestartSection,
     StartSection,
     parse_guard_config,
 )
-from sglang_guard.core.releases import load_option_table
-from sglang_guard.core.rules import BlockHits, Matcher, load_default_packs
-from sglang_guard.core.stages import MARKERS, READY_LINE
 from sglang_guard.errors import EXIT_GIVE_UP, InputError
+from sglang_guard.rules.rules import BlockHits, Matcher, load_default_packs
+from sglang_guard.rules.stages import MARKERS, READY_LINE
+from sglang_guard.sglang.argv import parse_command_line
+from sglang_guard.sglang.releases import load_option_table
+from sglang_guard.supervise import machine
+from sglang_guard.supervise.actions import Action, Exit, Journal, Schedule, Spawn, Stop
+from sglang_guard.supervise.events import ChildExited, ChildLine, ChildOutput, ChildStage, Tick
 
 OPTIONS = load_option_table()
 MATCHER = Matcher(load_default_packs())

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.shell.files import read_bytes, write_atomic, write_private
-from sglang_guard.shell.journal import Journal
+from sglang_guard.common.shell.files import read_bytes, write_atomic, write_private
+from sglang_guard.supervise.shell.journal import Journal
 
 
 def test_a_symlink_at_the_old_predictable_temp_name_is_not_written_through(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""One guard per state dir (shell/statelock.py): the lock, the dir's mode, the default per port."""
+"""One guard per state dir (supervise/shell/statelock.py): the lock, the dir's mode, the default per
+port."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sglang_guard.errors import InputError
-from sglang_guard.shell.statelock import (
+from sglang_guard.supervise.shell.statelock import (
     default_run_state_dir,
     ensure_state_dir,
     hold_state_dir,

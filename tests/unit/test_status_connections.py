@@ -1,10 +1,10 @@
-"""shell/statusserver.py's connection book: the cap, the oldest idle closed first."""
+"""status/shell/statusserver.py's connection book: the cap, the oldest idle closed first."""
 
 from __future__ import annotations
 
 import socket
 
-from sglang_guard.shell.statusserver import MAX_CONNECTIONS, Connections, connection_cap
+from sglang_guard.status.shell.statusserver import MAX_CONNECTIONS, Connections, connection_cap
 
 
 def test_the_oldest_idle_connection_makes_room_and_busy_ones_never_do() -> None:

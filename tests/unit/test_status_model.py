@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from sglang_guard.core import status as model
-from sglang_guard.core.guardconfig import (
+from sglang_guard.config.guardconfig import (
     DEFAULT_STATUS_PORT,
     StatusSection,
     parse_guard_config,
     parse_listen,
 )
 from sglang_guard.errors import ConfigError
+from sglang_guard.status import status as model
 from support.records import typed
 
 
@@ -183,7 +183,7 @@ def test_ipv6_loopback_and_off() -> None:
 def test_the_example_config_and_the_systemd_env_document_the_status_port() -> None:
     from pathlib import Path  # noqa: PLC0415
 
-    from sglang_guard.shell.status import ENV_ALLOW_REMOTE, ENV_LISTEN  # noqa: PLC0415
+    from sglang_guard.status.shell.status import ENV_ALLOW_REMOTE, ENV_LISTEN  # noqa: PLC0415
 
     root = Path(__file__).resolve().parents[2]
     example = parse_guard_config((root / "configs/guard.example.toml").read_text(), "example")
@@ -211,7 +211,7 @@ def test_stage_records_from_a_start_hang_watcher_need_no_wiring() -> None:
 def test_the_environment_overrides_listen_and_is_validated(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from sglang_guard.errors import InputError  # noqa: PLC0415
-    from sglang_guard.shell.status import ENV_ALLOW_REMOTE, ENV_LISTEN, address  # noqa: PLC0415
+    from sglang_guard.status.shell.status import ENV_ALLOW_REMOTE, ENV_LISTEN, address  # noqa: PLC0415
 
     monkeypatch.setenv(ENV_LISTEN, "127.0.0.1:9500")
     assert address(StatusSection()) == ("127.0.0.1", 9500)

@@ -1,4 +1,4 @@
-"""shell/tablecache.py: the backend table's decoded TOML kept as JSON, keyed by the file."""
+"""config/shell/tablecache.py: the backend table's decoded TOML kept as JSON, keyed by the file."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core import compat_table
+from sglang_guard.config.shell import tablecache
 from sglang_guard.errors import ConfigError
+from sglang_guard.preflight import compat_table
 from sglang_guard.resources import config_path
-from sglang_guard.shell import tablecache
 
 
 @pytest.fixture

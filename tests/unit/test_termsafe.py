@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from sglang_guard.cli import main
-from sglang_guard.core.termsafe import printable
+from sglang_guard.common.termsafe import printable
 
 ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "tests" / "data" / "seed-error-record.json"

@@ -1,4 +1,4 @@
-"""Which exception lines end a traceback (core/tracebacks.py), line by line and advanced over."""
+"""Which exception lines end a traceback (rules/tracebacks.py), line by line and advanced over."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core import tracebacks as tb
-from sglang_guard.core.linereader import LineReader
-from sglang_guard.core.logline import clean, is_exception_line
-from sglang_guard.core.rules import Matcher, load_default_packs
+from sglang_guard.rules import tracebacks as tb
+from sglang_guard.rules.linereader import LineReader
+from sglang_guard.rules.logline import clean, is_exception_line
+from sglang_guard.rules.rules import Matcher, load_default_packs
 
 LOGS = sorted((Path(__file__).resolve().parents[1] / "data" / "sglang-logs").glob("*.log"))
 
@@ -89,7 +89,7 @@ _HEADERS = re.compile(rb"Traceback \(most recent call last\):[^\n]*\n")
 def skip(state: str, block: bytes, head: bytes = b"") -> str:
     """Where the reader's tracker is after `block`'s complete lines (`head`: the start of the
     line the block finishes), reading none but the headers, as the live scan hits them
-    (core/linereader.py over core/tracebacks.advance)."""
+    (rules/linereader.py over rules/tracebacks.advance)."""
     reader = LineReader(65536, lambda b: [m.end() for m in _HEADERS.finditer(b)])
     reader.state = state
     reader.feed(head)

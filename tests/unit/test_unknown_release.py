@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.core.preflight import Decision
-from sglang_guard.shell.inputs import compat_for
-from sglang_guard.shell.whichrelease import Release, resolve_release
+from sglang_guard.preflight.preflight import Decision
+from sglang_guard.preflight.shell.inputs import compat_for
+from sglang_guard.preflight.shell.whichrelease import Release, resolve_release
 from support.models import write_llama
 from support.sglang import sglang_src
 
@@ -76,8 +76,8 @@ def test_with_source_the_checks_it_holds_act(tmp_path: Path,
 
 
 def _decide(release: Release, tmp: Path, *extra: str) -> Decision:
-    from sglang_guard.core.guardconfig import PolicyConfig  # noqa: PLC0415
-    from sglang_guard.shell.inputs import decide, gather  # noqa: PLC0415
+    from sglang_guard.config.guardconfig import PolicyConfig  # noqa: PLC0415
+    from sglang_guard.preflight.shell.inputs import decide, gather  # noqa: PLC0415
 
     model = write_llama(tmp / "llama")
     inputs = gather(["--model-path", str(model), *extra], "90", release)

@@ -23,7 +23,7 @@ KV_BACKENDS = ("fa3", "flashinfer", "triton", "trtllm_mha", "flashmla", "trtllm_
 
 
 def _backends() -> tuple[str, ...]:
-    from sglang_guard.core.compat import load_default_table
+    from sglang_guard.preflight.compat import load_default_table
 
     return tuple(load_default_table().names)
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from sglang_guard import __version__
-from sglang_guard.core.guardconfig import POLICY_MODES, GuardConfig, with_overrides
+from sglang_guard.config.guardconfig import POLICY_MODES, GuardConfig, with_overrides
 from sglang_guard.entry import guarded, run_process
 from sglang_guard.errors import (
     EXIT_OK,
@@ -41,7 +41,7 @@ def _common(fn: F) -> F:
 def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
                 *, search_defaults: bool = False) -> GuardConfig:
     """The guard config with command-line overrides applied."""
-    from sglang_guard.shell.configfile import locate, read_guard_config  # noqa: PLC0415
+    from sglang_guard.config.shell.configfile import locate, read_guard_config  # noqa: PLC0415
 
     cfg = read_guard_config(locate(config_path, search_defaults=search_defaults))
     return with_overrides(cfg, policy, gpu_sm)
@@ -87,9 +87,9 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
     Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input (also: rejected, a
     command line the release's own parser rejects), 69 --python has no SGLang.
     """
-    from sglang_guard.shell.inputs import prepare  # noqa: PLC0415
-    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
-    from sglang_guard.shell.whichrelease import resolve_release  # noqa: PLC0415
+    from sglang_guard.preflight.shell.inputs import prepare  # noqa: PLC0415
+    from sglang_guard.preflight.shell.whichrelease import resolve_release  # noqa: PLC0415
+    from sglang_guard.supervise.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
@@ -104,7 +104,7 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
     assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
     fleet = None
     if cfg.learn.enabled:  # fleet memory: what a guard would take from the store
-        from sglang_guard.shell.fleet import check_view  # noqa: PLC0415
+        from sglang_guard.fleet.shell.fleet import check_view  # noqa: PLC0415
 
         fleet = check_view(cfg, state_dir or cfg.state_dir or default_run_state_dir(argv),
                            prepared)
@@ -192,10 +192,9 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     With the command line (--argv 'ARGS' or -- ARGS) it also names the one flag change the
     guard would make to it, as the supervisor picks it from the whole failure output.
     """
-    from sglang_guard.core.redact import redact_record, redact_text, redact_value  # noqa: PLC0415
-    from sglang_guard.core.rules import Matcher  # noqa: PLC0415
-    from sglang_guard.core.termsafe import printable  # noqa: PLC0415
-    from sglang_guard.shell.explain import (  # noqa: PLC0415
+    from sglang_guard.common.termsafe import printable  # noqa: PLC0415
+    from sglang_guard.rules.rules import Matcher  # noqa: PLC0415
+    from sglang_guard.rules.shell.explain import (  # noqa: PLC0415
         explain_fix,
         explain_log,
         fix_as_dict,
@@ -203,7 +202,8 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
         matching_lines,
         render_fix,
     )
-    from sglang_guard.shell.packs import load_packs  # noqa: PLC0415
+    from sglang_guard.rules.shell.packs import load_packs  # noqa: PLC0415
+    from sglang_guard.sglang.redact import redact_record, redact_text, redact_value  # noqa: PLC0415
 
     cfg = load_config(config_path, None, None)
     argv = [*shlex.split(argv_text or ""), *args]
@@ -251,9 +251,9 @@ def import_(output: str | None, versions: str | None, sglang_src: str | None,
     Exit status: 0 written, 2 bad input (unreadable dataset, unknown schema version, no
     record that gives a rule).
     """
-    from sglang_guard.core.outcomes import FixKind  # noqa: PLC0415
-    from sglang_guard.core.termsafe import printable  # noqa: PLC0415
-    from sglang_guard.shell.importer import import_dataset  # noqa: PLC0415
+    from sglang_guard.common.outcomes import FixKind  # noqa: PLC0415
+    from sglang_guard.common.termsafe import printable  # noqa: PLC0415
+    from sglang_guard.rules.shell.importer import import_dataset  # noqa: PLC0415
 
     outcome = import_dataset(dataset, output=output, versions=versions,
                              sglang_src=sglang_src, name=name)
@@ -271,11 +271,11 @@ def import_(output: str | None, versions: str | None, sglang_src: str | None,
         click.echo(f"sglang-guard: wrote {output}: {summary}", err=True)
 
 
-# -- fleet memory (shell/learned.py) -----------------------------------------------------------
+# -- fleet memory (fleet/shell/learned.py) ---------------------------------------------------------
 
 
 def _learned_store(config_path: str | None, store: str | None) -> Any:
-    from sglang_guard.shell.learned import store_for  # noqa: PLC0415
+    from sglang_guard.fleet.shell.learned import store_for  # noqa: PLC0415
 
     cfg = load_config(config_path, None, None, search_defaults=True)
     return store_for(cfg.learn, store)
@@ -306,7 +306,7 @@ def learned() -> None:
 @guarded
 def learned_list(config_path: str | None, store: str | None, as_json: bool) -> None:
     """Every entry: key, proven or known-bad, its edits, origin and confirmations."""
-    from sglang_guard.shell import learned as lib  # noqa: PLC0415
+    from sglang_guard.fleet.shell import learned as lib  # noqa: PLC0415
 
     items = lib.listing(_learned_store(config_path, store))
     if as_json:
@@ -322,7 +322,7 @@ def learned_list(config_path: str | None, store: str | None, as_json: bool) -> N
 @guarded
 def learned_show(config_path: str | None, store: str | None, key: str) -> None:
     """One entry as JSON (KEY: the key or its first 8+ hex digits)."""
-    from sglang_guard.shell import learned as lib  # noqa: PLC0415
+    from sglang_guard.fleet.shell import learned as lib  # noqa: PLC0415
 
     where = _learned_store(config_path, store)
     click.echo(lib.export_entry(lib.entry(where, lib.resolve(where, key))), nl=False)
@@ -334,7 +334,7 @@ def learned_show(config_path: str | None, store: str | None, key: str) -> None:
 @guarded
 def learned_forget(config_path: str | None, store: str | None, key: str) -> None:
     """Remove an entry: the next guard with these inputs learns on its own again."""
-    from sglang_guard.shell import learned as lib  # noqa: PLC0415
+    from sglang_guard.fleet.shell import learned as lib  # noqa: PLC0415
 
     where = _learned_store(config_path, store)
     full = lib.resolve(where, key)
@@ -352,8 +352,8 @@ def learned_forget(config_path: str | None, store: str | None, key: str) -> None
 def learned_export(config_path: str | None, store: str | None, fmt: str, output: str | None,
                    key: str) -> None:
     """Write an entry as a rule pack or a reviewed store file, to ship with an image."""
-    from sglang_guard.shell import learned as lib  # noqa: PLC0415
-    from sglang_guard.shell.files import write_atomic  # noqa: PLC0415
+    from sglang_guard.common.shell.files import write_atomic  # noqa: PLC0415
+    from sglang_guard.fleet.shell import learned as lib  # noqa: PLC0415
 
     where = _learned_store(config_path, store)
     e = lib.entry(where, lib.resolve(where, key))

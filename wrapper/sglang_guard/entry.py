@@ -17,7 +17,7 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from sglang_guard.core.guardconfig import GuardConfig, with_overrides
+from sglang_guard.config.guardconfig import GuardConfig, with_overrides
 from sglang_guard.errors import EXIT_INTERNAL, GuardError, InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,14 +59,14 @@ def run_process(cfg: GuardConfig, argv: Sequence[str], *, python: str | None,
                 overrides: Callable[[GuardConfig], GuardConfig] | None = None) -> NoReturn:
     """Supervise SGLang with `argv` under `cfg` (status port, state-dir lock, early signals),
     then exit the process with the run's status."""
-    from sglang_guard.shell import logsetup  # noqa: PLC0415 - the run path only
-    from sglang_guard.shell.runner import RunOptions  # noqa: PLC0415
-    from sglang_guard.shell.session import (  # noqa: PLC0415
+    from sglang_guard.common.shell import logsetup  # noqa: PLC0415 - the run path only
+    from sglang_guard.supervise.shell.runner import RunOptions  # noqa: PLC0415
+    from sglang_guard.supervise.shell.session import (  # noqa: PLC0415
         exit_process,
         run_guarded,
         run_with_status,
     )
-    from sglang_guard.shell.statelock import default_run_state_dir  # noqa: PLC0415
+    from sglang_guard.supervise.shell.statelock import default_run_state_dir  # noqa: PLC0415
 
     logsetup.configure(log_format or cfg.log_format)
     args = tuple(argv)
@@ -83,7 +83,7 @@ def run_process(cfg: GuardConfig, argv: Sequence[str], *, python: str | None,
 
 def guard_config_from_env() -> GuardConfig:
     """The guard config: the file (env or default places), then SGLANG_GUARD_* overrides."""
-    from sglang_guard.shell.configfile import locate, read_guard_config  # noqa: PLC0415
+    from sglang_guard.config.shell.configfile import locate, read_guard_config  # noqa: PLC0415
 
     cfg = read_guard_config(locate(None, search_defaults=True))
     cfg = with_overrides(cfg, os.environ.get("SGLANG_GUARD_POLICY"),

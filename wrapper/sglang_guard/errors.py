@@ -61,7 +61,7 @@ class Refused(GuardError):
 
 class GiveUp(GuardError):
     """The supervisor stopped trying; the message says why, `cause` says it for the metrics
-    (a `core.outcomes.GiveUpCause` value)."""
+    (a `common.outcomes.GiveUpCause` value)."""
 
     exit_code = EXIT_GIVE_UP
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING, Any
 
-from sglang_guard.core.redact import (
+from sglang_guard.sglang.redact import (
     MASK,
     is_secret_flag,
     redact_argv,
@@ -15,8 +15,8 @@ from sglang_guard.core.redact import (
 )
 
 if TYPE_CHECKING:
-    from sglang_guard.core.preflight import Decision
-    from sglang_guard.shell.inputs import Inputs
+    from sglang_guard.preflight.preflight import Decision
+    from sglang_guard.preflight.shell.inputs import Inputs
 
 
 def decision_json(decision: Decision, inputs: Inputs) -> dict[str, Any]:

@@ -1,0 +1,533 @@
+"""The fix vocabulary: what a rule does (`FixKind`) and the forms its `new_value` takes.
+
+A rule pack's `new_value` is read once, when the pack is parsed, into one of four values:
+
+- `Literal` (`"fa3"`): the flag is set to this text;
+- `Scale` (`"scale:F"`): the current value (else the one the log names, else `default`) times
+  F, clamped to `minimum`/`maximum`;
+- `Above` (`"above:G"`): just above the number the pattern's group G captures, capped by
+  `maximum`, never lower than the flag is;
+- `FreePort` (`"free_port"`, `"free_port:G"`): a port the shell finds free just before the next
+  launch (the core has no sockets); with G, the busy port SGLang names, and a flag on the
+  command line is moved only when it holds that port.
+
+`FIX_KINDS[kind]` holds, for each kind, what a pack must and must not say for it (`parse`), the
+change it makes on a command line (`plan`), what the machine does with that change (`apply`:
+a `Reaction`, which `supervise/machine.py` matches on) and its line in `explain` (`render`). A new
+kind is one entry here plus its row in docs/fix-kinds.md (tests/unit/test_fix_kinds.py holds
+both); a new `new_value` form is one value class here, its branch in `parse_value` and
+`_set_to`, and its row there.
+
+Pure: no I/O. `rules/rulepack.py` calls `parse`; `rules/rules.py` calls `plan` after the rule's
+conditions hold; the machine calls `apply`; `rules/shell/explain.py` calls `render`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, assert_never
+
+from sglang_guard.common.outcomes import FixKind
+from sglang_guard.config.tomlread import Table
+from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_USAGE
+from sglang_guard.sglang.options import OptionTable
+from sglang_guard.sglang.redact import MASK, is_secret_flag
+
+if TYPE_CHECKING:
+    from sglang_guard.rules.rulepack import Rule
+
+__all__ = [
+    "CURRENT_GROUP",
+    "FIX_KINDS",
+    "Above",
+    "EditFlag",
+    "EndGuard",
+    "Fix",
+    "FixKind",
+    "FixKindSpec",
+    "FreePort",
+    "Literal",
+    "MatchContext",
+    "NewValue",
+    "PickFreePort",
+    "Reaction",
+    "Relaunch",
+    "RuleFields",
+    "Scale",
+    "UndoLastEdit",
+    "number",
+]
+
+# A pattern's named group `current` (e.g. "under --mem-fraction-static=(?P<current>[0-9.]+)")
+# is the value SGLang ran with: the base of `scale:F` when the flag is not on the command line.
+CURRENT_GROUP = "current"
+# `above:G` sets the flag this much above the number SGLang names (then caps it).
+ABOVE_STEP = 0.01
+SCALE = "scale:"
+ABOVE = "above:"
+FREE_PORT = "free_port"
+
+
+def number(text: str | None) -> float | None:
+    """A finite float, or None (for values in rule packs and on command lines)."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+# --- the forms of new_value ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Literal:
+    """`new_value = "fa3"`: the flag is set to this text."""
+
+    text: str
+
+    def value(self) -> str:
+        return self.text
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """`new_value = "scale:F"`: the flag's value times `factor`, clamped."""
+
+    text: str  # as the pack spells it ("scale:0.9")
+    factor: float
+    default: str | None = None  # the value assumed when neither the flag nor the line has one
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def value(self, current: str | None, seen: str | None = None) -> str | None:
+        """Applied to `current` (else the number the log names, `seen`, else the default)."""
+        # A number the log names may end a sentence ("...=0.88."): the dot is not part of it.
+        # One that does not parse gives way to the rule's default, as an absent flag does.
+        seen = seen.rstrip(".") if seen is not None else None
+        if current is None and number(seen) is None:
+            seen = None
+        base_text = current if current is not None else seen if seen is not None else self.default
+        base = number(base_text)
+        if base_text is None or base is None:
+            return None
+        value = base * self.factor
+        if self.minimum is not None:
+            value = max(value, self.minimum)
+        if self.maximum is not None:
+            value = min(value, self.maximum)
+        if base.is_integer() and "." not in base_text and "e" not in base_text.lower():
+            return str(max(1, int(value)))  # a count (a batch size) stays a whole number >= 1
+        return format(round(value, 4), "g")
+
+
+@dataclass(frozen=True, slots=True)
+class Above:
+    """`new_value = "above:G"`: just above the number the pattern's group G captures."""
+
+    text: str
+    group: str
+    maximum: float | None = None  # the cap
+
+    def value(self, caps: Mapping[str, str], current: str | None) -> str | None:
+        """The new value; None when that is no raise (past the cap, or not above `current`)."""
+        floor = number((caps.get(self.group) or "").rstrip("."))
+        if floor is None:
+            return None
+        value = round(floor + ABOVE_STEP, 3)
+        if self.maximum is not None and value > self.maximum:
+            return None  # SGLang needs more than the cap allows: no fix, rather than a futile one
+        old = number(current.rstrip(".") if current is not None else None)
+        if old is not None and old >= value:
+            return None  # never the wrong direction
+        return format(value, "g")
+
+
+@dataclass(frozen=True, slots=True)
+class FreePort:
+    """`new_value = "free_port"` or `"free_port:G"`: a port the shell picks at the next launch."""
+
+    text: str
+    group: str = ""  # the pattern's group naming the busy port ("": none)
+
+
+NewValue = Literal | Scale | Above | FreePort
+
+
+@dataclass(frozen=True, slots=True)
+class RuleFields:
+    """What a rule pack says about one rule's fix, as read (before it is a `Rule`)."""
+
+    kind: FixKind
+    flags: tuple[str, ...]
+    new_value: str | None
+    groups: Collection[str]  # the pattern's named groups
+    default: str | None
+    minimum: float | None
+    maximum: float | None
+    reason: str
+
+
+def parse_value(chk: Table, fields: RuleFields) -> NewValue | None:
+    """`new_value` as a typed value; a ConfigError (key `new_value` or `default`) if it is bad."""
+    text, default, minimum, maximum = (fields.new_value, fields.default, fields.minimum,
+                                       fields.maximum)
+    if text is not None and text.startswith(ABOVE):
+        group = text[len(ABOVE):]
+        if group not in fields.groups:
+            raise chk.fail("new_value", f"{text!r}: the pattern has no group (?P<{group}>...)")
+        if default is not None or minimum is not None:
+            raise chk.fail("default", "above:G takes only a maximum (the cap)")
+        return Above(text, group, maximum)
+    if text is not None and text.split(":", 1)[0] == FREE_PORT:
+        group = text.partition(":")[2]
+        if fields.kind != FixKind.SET_FLAG:
+            raise chk.fail("new_value", f"{FREE_PORT} goes with action set_flag only")
+        if group and group not in fields.groups:
+            raise chk.fail("new_value", f"{text!r}: the pattern has no group (?P<{group}>...)")
+        if default is not None or minimum is not None or maximum is not None:
+            raise chk.fail("default", f"{FREE_PORT} takes no default/minimum/maximum")
+        return FreePort(text, group)
+    if text is None or not text.startswith(SCALE):
+        if default is not None or minimum is not None or maximum is not None:
+            raise chk.fail(
+                "default", "default/minimum/maximum only go with new_value 'scale:F' or 'above:G'"
+            )
+        return None if text is None else Literal(text)
+    try:
+        factor = float(text[len(SCALE):])
+    except ValueError:
+        raise chk.fail("new_value", f"{text!r}: the factor is not a number") from None
+    if not (math.isfinite(factor) and factor > 0):
+        raise chk.fail("new_value", f"{text!r}: the factor must be finite and > 0")
+    if default is not None and number(default) is None:
+        raise chk.fail("default", f"{default!r} is not a number")
+    if minimum is not None and maximum is not None and minimum > maximum:
+        raise chk.fail("minimum", "minimum is above maximum")
+    return Scale(text, factor, default, minimum, maximum)
+
+
+# --- a planned fix -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MatchContext:
+    """What the rules may look at besides the line."""
+
+    flags: Mapping[str, str | None]
+    arch: str
+    sm: int | None
+    sglang_version: str | None
+    # The parser of the release that runs: a fix it would reject (an option that release
+    # lacks, a value outside its choices) is never planned; the next rule is tried instead.
+    options: OptionTable | None = None
+    # The flag the guard's own last fix changed (None: no fix since the last ready launch).
+    last_edit_flag: str | None = None
+    phase: str = "start"  # "start" before SGLang is ready, "running" after
+
+
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """One change to the command line (or a restart / give-up) that a rule asks for."""
+
+    rule: Rule
+    action: FixKind
+    flag: str | None
+    old_value: str | None
+    new_value: str | None
+    diagnosis: str = ""  # the rule's reason with the line's named groups filled in (first_fix)
+    # `free_port`: the new value is a port the shell picks just before the next launch
+    # (new_value stays None here); `busy_port` is the one SGLang named, when the line says.
+    free_port: bool = False
+    busy_port: int | None = None
+
+
+# --- what the machine does with a fix (supervise/machine.py matches on these) -------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EndGuard:
+    """Stop SGLang and end the guard with `code` (journaled `give_up.planned`)."""
+
+    code: int
+    exit_reason: str  # the guard's exit line
+    reason: str  # the journal's
+    klass: str | None = None  # the record's `class` (environment, usage)
+    status: str | None = None  # systemd's status line, if one is shown
+
+
+@dataclass(frozen=True, slots=True)
+class Relaunch:
+    """Restart SGLang with the same command line; counts as a failure (crash.detected)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class UndoLastEdit:
+    """Restore the command line before the guard's own last fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditFlag:
+    """Drop the fix's flag (`drop`) or set it to `value`, then relaunch."""
+
+    value: str | None
+    drop: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PickFreePort:
+    """Stop SGLang, have the shell pick a free port for the flag, then relaunch with it."""
+
+
+Reaction = EndGuard | Relaunch | UndoLastEdit | EditFlag | PickFreePort
+
+
+# --- each kind: parse, plan, apply, render ---------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class FixKindSpec:
+    """One fix kind: what a pack says for it, what it plans, does and shows."""
+
+    kind: FixKind
+    changes_flag: bool  # takes `flags`: the flags it drops, sets or rewrites
+    parse: Callable[[Table, RuleFields], NewValue | None]
+    # After the rule's conditions held: (rule, context, the line's named groups, the line).
+    plan: Callable[[Rule, MatchContext, Mapping[str, str], str | None], Fix | None]
+    apply: Callable[[Fix, str], Reaction]  # the fix and the line it answers
+    render: Callable[[Fix], str]  # `explain`'s "fix:" line
+    label: str = ""  # how `explain` names a rule of this kind ("": its kind)
+    # False: the rule never acts, it is only shown (advice); such rules sort after the rest.
+    acts: bool = True
+
+
+def _needs_flags(chk: Table, fields: RuleFields, verb: str) -> None:
+    if not fields.flags:
+        raise chk.fail("flags", f"{fields.kind} needs the flag(s) it {verb}")
+
+
+def _no_new_value(chk: Table, fields: RuleFields) -> NewValue | None:
+    if fields.new_value is not None:
+        raise chk.fail("new_value", f"{fields.kind} takes no new_value")
+    return parse_value(chk, fields)  # None; refuses a default/minimum/maximum
+
+
+def _parse_whole(chk: Table, fields: RuleFields) -> NewValue | None:
+    """A kind that changes no flag: no `flags`, no `new_value`."""
+    if fields.flags:
+        raise chk.fail("flags", f"{fields.kind} changes no flag")
+    return _no_new_value(chk, fields)
+
+
+def _parse_environment(chk: Table, fields: RuleFields) -> NewValue | None:
+    if fields.flags:
+        raise chk.fail("flags", f"{fields.kind} changes no flag")
+    if not fields.reason:
+        raise chk.fail("reason", "an environment rule needs the one-line diagnosis it gives")
+    return _no_new_value(chk, fields)
+
+
+def _parse_drop(chk: Table, fields: RuleFields) -> NewValue | None:
+    _needs_flags(chk, fields, "drops")
+    return _no_new_value(chk, fields)
+
+
+def _parse_set(chk: Table, fields: RuleFields) -> NewValue | None:
+    """`new_value` in any form, or none (a flag that takes no value)."""
+    _needs_flags(chk, fields, "changes")
+    return parse_value(chk, fields)
+
+
+def _parse_rewrite(chk: Table, fields: RuleFields) -> NewValue | None:
+    _needs_flags(chk, fields, "changes")
+    if fields.new_value is None:
+        raise chk.fail("new_value", "rewrite_value needs a new_value")
+    return parse_value(chk, fields)  # free_port is set_flag's alone (parse_value says so)
+
+
+def _whole(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str | None
+           ) -> Fix | None:
+    """A kind that changes no flag: the fix is the rule itself."""
+    return Fix(rule, rule.action, None, None, None)
+
+
+def _flags(rule: Rule, ctx: MatchContext) -> Iterator[tuple[str, bool, str | None]]:
+    """(flag, on the command line, its value) for each of the rule's flags the running release
+    knows, in the rule's order, leaving out one whose value is not among the rule's `values`."""
+    for flag in rule.flags:
+        if not _release_has(ctx.options, flag):
+            continue
+        present = flag in ctx.flags
+        old = ctx.flags.get(flag)
+        if present and rule.values is not None and old not in rule.values:
+            continue
+        yield flag, present, old
+
+
+def _plan_drop(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str | None
+               ) -> Fix | None:
+    return next((Fix(rule, FixKind.DROP_FLAG, flag, old, None)
+                 for flag, present, old in _flags(rule, ctx) if present), None)
+
+
+def _plan_set(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str | None
+              ) -> Fix | None:
+    """The first flag the new value changes, added when absent."""
+    return next((fix for flag, present, old in _flags(rule, ctx)
+                 if (fix := _set_to(rule, ctx, flag, old=old, present=present, caps=caps))
+                 is not None), None)
+
+
+def _plan_rewrite(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str | None
+                  ) -> Fix | None:
+    """As set_flag, for a flag on the command line only."""
+    return next((fix for flag, present, old in _flags(rule, ctx) if present
+                 if (fix := _set_to(rule, ctx, flag, old=old, present=True, caps=caps))
+                 is not None), None)
+
+
+def _set_to(rule: Rule, ctx: MatchContext, flag: str, *, old: str | None, present: bool,
+            caps: Mapping[str, str]) -> Fix | None:
+    """The rule's new value for `flag`, planned from its form; None: nothing to change here."""
+    new: str | None
+    match rule.new_value:
+        case FreePort(group=group):
+            busy = _port(caps.get(group)) if group else None
+            if present and busy is not None and _port(old) != busy:
+                return None  # the busy port is not this flag's: nothing here to move
+            return Fix(rule, rule.action, flag, old, None, free_port=True, busy_port=busy)
+        case Scale() as scale:
+            new = scale.value(old, caps.get(CURRENT_GROUP))
+        case Above() as above:
+            new = above.value(caps, old if present else caps.get(CURRENT_GROUP))
+        case Literal(text=text):
+            new = text
+        case None:
+            new = None  # a flag that takes no value
+        case _ as unknown:
+            assert_never(unknown)
+    if new is None and rule.new_value is not None:
+        return None  # the form finds no value here
+    if present and new == old:
+        return None  # already so: this fix would change nothing
+    if not _release_accepts(ctx.options, flag, new):
+        return None
+    return Fix(rule, rule.action, flag, old, new)
+
+
+def _plan_undo(rule: Rule, ctx: MatchContext, caps: Mapping[str, str], line: str | None
+               ) -> Fix | None:
+    """Undo the guard's last fix when the parser's rejection names the flag it changed."""
+    flag = ctx.last_edit_flag
+    if flag is None or line is None or flag not in line:
+        return None
+    return Fix(rule, FixKind.UNDO_GUARD_EDIT, flag, ctx.flags.get(flag), None)
+
+
+def _port(text: str | None) -> int | None:
+    """A TCP port number from a command line or a log line (None if it is not one)."""
+    if text is None or not text.strip().isdigit():
+        return None
+    value = int(text)
+    return value if 0 < value < 65536 else None
+
+
+def _release_has(options: OptionTable | None, flag: str) -> bool:
+    """True if the running release's parser knows `flag` exactly (or no table is known)."""
+    return options is None or flag in options.by_string
+
+
+def _release_accepts(options: OptionTable | None, flag: str, value: str | None) -> bool:
+    """True if that parser would take `flag value` (a choice it lists, or any value)."""
+    if options is None or value is None:
+        return True
+    spec = options.get(flag)
+    if spec is None:  # the release has no such option: its parser rejects any value
+        return False
+    return spec.choices is None or value in spec.choices
+
+
+def _apply_give_up(fix: Fix, line: str) -> Reaction:
+    why = fix.diagnosis or fix.rule.reason  # the reason with the line's port, address, name
+    return EndGuard(EXIT_GIVE_UP, f"{fix.rule.id}: {why}", why)
+
+
+def _apply_environment(fix: Fix, line: str) -> Reaction:
+    why = fix.diagnosis or fix.rule.reason
+    return EndGuard(EXIT_ENVIRONMENT, f"{fix.rule.id}: {why}", why, "environment",
+                    f"environment failure: {why}")
+
+
+def _apply_parser_exit(fix: Fix, line: str) -> Reaction:
+    """SGLang's parser exits 2: the same line fails the same way on every launch."""
+    return EndGuard(EXIT_USAGE, f"{fix.rule.id}: {line.strip()}", fix.rule.reason, "usage",
+                    f"SGLang's parser rejects the command line: {line.strip()}")
+
+
+def _apply_restart(fix: Fix, line: str) -> Reaction:
+    return Relaunch(fix.rule.reason)
+
+
+def _apply_undo(fix: Fix, line: str) -> Reaction:
+    return UndoLastEdit()
+
+
+def _apply_edit(fix: Fix, line: str) -> Reaction:
+    if fix.free_port:
+        return PickFreePort()
+    return EditFlag(fix.new_value, drop=fix.action == FixKind.DROP_FLAG)
+
+
+def _apply_advice(fix: Fix, line: str) -> Reaction:
+    raise ValueError(f"{fix.rule.id}: an advice rule changes nothing (rules.advice_for)")
+
+
+def _render_named(fix: Fix) -> str:
+    return f"fix: {fix.action} ({fix.rule.id}): {fix.rule.reason}"
+
+
+def _render_exit(code: int) -> Callable[[Fix], str]:
+    def render(fix: Fix) -> str:
+        return f"fix: none, the guard exits {code} ({fix.rule.id}): {fix.rule.reason}"
+    return render
+
+
+def _secret(fix: Fix) -> bool:
+    """A secret flag's values are shown masked (issue 24: secrets masked everywhere)."""
+    return fix.flag is not None and is_secret_flag(fix.flag)
+
+
+def _render_drop(fix: Fix) -> str:
+    old = MASK if _secret(fix) and fix.old_value else fix.old_value or ""
+    return f"fix: drop {fix.flag} {old} ({fix.rule.id})".replace("  ", " ")
+
+
+def _render_set(fix: Fix) -> str:
+    if fix.free_port:
+        return f"fix: set {fix.flag} to a free port, picked at the next launch ({fix.rule.id})"
+    value = "" if fix.new_value is None else f" {MASK if _secret(fix) else fix.new_value}"
+    return f"fix: set {fix.flag}{value} ({fix.rule.id})"
+
+
+FIX_KINDS: Mapping[FixKind, FixKindSpec] = {spec.kind: spec for spec in (
+    FixKindSpec(FixKind.DROP_FLAG, True, _parse_drop, _plan_drop, _apply_edit, _render_drop),
+    FixKindSpec(FixKind.SET_FLAG, True, _parse_set, _plan_set, _apply_edit, _render_set),
+    FixKindSpec(FixKind.REWRITE_VALUE, True, _parse_rewrite, _plan_rewrite, _apply_edit,
+                _render_set),
+    FixKindSpec(FixKind.RESTART, False, _parse_whole, _whole, _apply_restart, _render_named),
+    FixKindSpec(FixKind.GIVE_UP, False, _parse_whole, _whole, _apply_give_up, _render_named),
+    FixKindSpec(FixKind.UNDO_GUARD_EDIT, False, _parse_whole, _plan_undo, _apply_undo,
+                _render_set),
+    FixKindSpec(FixKind.ENVIRONMENT, False, _parse_environment, _whole, _apply_environment,
+                _render_exit(EXIT_ENVIRONMENT), label=f"environment (exit {EXIT_ENVIRONMENT})"),
+    FixKindSpec(FixKind.ADVICE, False, _parse_whole, _whole, _apply_advice, _render_set,
+                acts=False),
+    FixKindSpec(FixKind.PARSER_EXIT, False, _parse_whole, _whole, _apply_parser_exit,
+                _render_exit(EXIT_USAGE)),
+)}

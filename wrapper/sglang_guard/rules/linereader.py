@@ -1,0 +1,158 @@
+"""A stream of chunks read as lines, where only the lines a scan hits are read at all.
+
+The reader threads of supervise/shell/child.py hand every chunk of the child's output to a
+`LineReader`. With a scan (`find`: the offsets just past the newline of each line that one
+of the current phase's patterns might match in, a superset: rules/rules.Matcher.line_scan),
+a chunk costs that scan and little else: only the lines a hit ends in, and those with an
+ESC or NUL byte (found by memchr), are cleaned (rules/logline.clean), stepped through the
+traceback tracker (rules/tracebacks.step) and checked by `keep` (the exact per-line
+matcher); between them the tracker's state moves over the unread lines at C speed
+(rules/tracebacks.advance), and the exception line that ends a traceback is read wherever
+it is. A hit costs the lines it is in, not the chunk.
+
+Without a scan every line is read and returned (tests, a child with no rules). Either way a
+line keeps at most `cap` bytes for matching and `Line.length` counts the whole line's bytes
+without its newline; a chunk may end anywhere, even inside a UTF-8 character.
+
+What must hold, and tests/unit/test_reading_paths.py shows over stored logs, mutations and
+random chunkings and line soups: the lines returned are exactly those of a full per-line
+pass that the machine acts on, so they decide what it decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from sglang_guard.rules import tracebacks
+from sglang_guard.rules.logline import clean
+
+Find = Callable[[bytes], Iterable[int]]
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One line as the machine gets it (supervise/events.ChildLine without gen and stream)."""
+
+    text: str  # cleaned, its head only
+    length: int  # the raw line's full length in bytes
+    ends: bool  # it is SGLang's own output to read (rules/tracebacks.step)
+    exception: bool  # the exception line that ends a traceback's frames
+
+
+class LineReader:
+    """One stream's lines (`feed` each chunk in order, then `close`)."""
+
+    def __init__(self, cap: int, find: Find | None = None,
+                 keep: Callable[[Line], bool] | None = None) -> None:
+        """`find`: the scan (None: every line is read); `keep`: which read lines to return
+        besides exception lines (None: all)."""
+        self._cap, self._find, self._keep = cap, find, keep
+        self.state = tracebacks.UNKNOWN
+        self._head = bytearray()  # the first `cap` bytes of the unfinished line
+        self._length = 0  # its full length so far
+
+    def feed(self, chunk: bytes) -> list[Line]:
+        """The lines `chunk` completes that are returned (see the module's docstring)."""
+        out: list[Line] = []
+        last = chunk.rfind(b"\n")
+        if last < 0:
+            self._extend(chunk, 0, len(chunk))
+            return out
+        if self._find is None:
+            self._every_line(chunk, out)
+        else:
+            self._hit_lines(chunk, last, self._find, out)
+        self._extend(chunk, last + 1, len(chunk))
+        return out
+
+    def close(self) -> list[Line]:
+        """The last line, if the stream ended without its newline."""
+        out: list[Line] = []
+        if self._head or self._length:
+            self._read(bytes(self._head), self._length, out)
+        self._head.clear()
+        self._length = 0
+        return out
+
+    # -- the two ways ------------------------------------------------------------------------
+
+    def _every_line(self, chunk: bytes, out: list[Line]) -> None:
+        start = 0
+        while (newline := chunk.find(b"\n", start)) >= 0:
+            raw, length = self._finish(chunk, start, newline)
+            self._read(raw, length, out)
+            start = newline + 1
+
+    def _hit_lines(self, chunk: bytes, last: int, find: Find, out: list[Line]) -> None:
+        ends = sorted({e for e in find(chunk) if e <= last + 1} | _dirty(chunk, last))
+        first = chunk.find(b"\n")
+        pos = 0
+        if self._head or self._length:
+            # The line the last chunk left unfinished: scanned whole (its head and its end).
+            raw, length = self._finish(chunk, 0, first)
+            if ((ends and ends[0] == first + 1) or any(True for _ in find(raw + b"\n"))
+                    or _dirty(raw, len(raw))):
+                self._read(raw, length, out)
+            else:
+                self._skip(raw + b"\n", 0, len(raw) + 1, out)
+            pos = first + 1
+        for end in ends:
+            if end <= pos:
+                continue
+            start = chunk.rfind(b"\n", pos, end - 1) + 1 or pos
+            self._skip(chunk, pos, start, out)
+            self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out)
+            pos = end
+        self._skip(chunk, pos, last + 1, out)
+
+    # -- pieces ------------------------------------------------------------------------------
+
+    def _finish(self, chunk: bytes, start: int, newline: int) -> tuple[bytes, int]:
+        """The raw head and full length of the line that ends at `chunk[newline]`."""
+        if not self._head and not self._length:
+            return chunk[start:min(newline, start + self._cap)], newline - start
+        room = max(0, self._cap - len(self._head))
+        raw = bytes(self._head) + chunk[start:start + min(room, newline - start)]
+        length = self._length + newline - start
+        self._head.clear()
+        self._length = 0
+        return raw, length
+
+    def _extend(self, chunk: bytes, start: int, end: int) -> None:
+        """Keep the unfinished line's head (a 100 MB line costs `cap` bytes here)."""
+        room = self._cap - len(self._head)
+        if room > 0:
+            self._head += chunk[start:min(end, start + room)]
+        self._length += end - start
+
+    def _read(self, raw: bytes, length: int, out: list[Line]) -> None:
+        text = clean(raw, self._cap)
+        before = self.state
+        self.state, ends = tracebacks.step(before, text)
+        line = Line(text, length, ends, tracebacks.ends_frames(before, self.state))
+        if line.exception or self._keep is None or self._keep(line):
+            out.append(line)
+
+    def _skip(self, block: bytes, start: int, end: int, out: list[Line]) -> None:
+        """Move the state over `block[start:end]`, whose lines no scan hit."""
+        if end <= start:
+            return
+        found: list[tuple[int, int, str]] = []
+        self.state = tracebacks.advance(self.state, block, (start, end), self._cap, found)
+        out += [Line(text, stop - at, True, True) for at, stop, text in found]
+
+
+def _dirty(block: bytes, end: int) -> set[int]:
+    """The ends (just past the newline) of the lines of `block[:end]` that hold an ESC or a
+    NUL byte: such a line is read, since only its cleaned text says what it is."""
+    found: set[int] = set()
+    for byte in (b"\x1b", b"\x00"):
+        at = block.find(byte, 0, end)
+        while at >= 0:
+            newline = block.find(b"\n", at)
+            found.add(newline + 1 if newline >= 0 else len(block) + 1)
+            if newline < 0:
+                break
+            at = block.find(byte, newline + 1, end)
+    return found

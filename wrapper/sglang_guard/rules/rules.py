@@ -1,0 +1,357 @@
+"""Log rules at work: which rule a log line triggers, and the flag change that answers it.
+
+`Matcher` compiles every pack's patterns (see `rules/rulepack.py`) into RE2 sets, and
+`first_fix` turns a matching line into at most one `Fix` for the current command line.
+RE2 matching is linear in the line, so a hostile pattern cannot stall the log pipe.
+
+A rule reads SGLang's own error output only (`rules/logline.error_text`): the text of an
+exception line, an error-level record or argparse's error anywhere outside quotes, a plain
+SGLang record's message from its start. A logged request, an access line or a quoted string
+never triggers one. A rule acts in its phase only (`Rule.phase`: start, running or any).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
+
+import re2
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+from sglang_guard.common.outcomes import Advice
+from sglang_guard.errors import ConfigError
+from sglang_guard.rules import tracebacks
+from sglang_guard.rules.blockscan import BlockScan, unanchored
+from sglang_guard.rules.fixes import FIX_KINDS, Fix, MatchContext
+from sglang_guard.rules.logline import LINE_CAP, error_text
+from sglang_guard.rules.rulepack import (
+    RE2_OPTIONS,
+    Conditions,
+    Rule,
+    RulePack,
+    compile_pattern,
+    load_default_pack,
+    load_default_packs,
+    parse_pack,
+)
+from sglang_guard.rules.stages import MARKERS, READY_LINE, last_stage
+
+__all__ = [
+    "Conditions",
+    "Fix",
+    "MatchContext",
+    "Matcher",
+    "Rule",
+    "RulePack",
+    "acting",
+    "acts",
+    "advice_for",
+    "advice_record",
+    "captures",
+    "compile_pattern",
+    "first_fix",
+    "in_phase",
+    "is_catch_all",
+    "load_default_pack",
+    "load_default_packs",
+    "parse_pack",
+    "plan_fix",
+    "precedence",
+    "refired",
+]
+
+
+# --- matching ------------------------------------------------------------------------------
+
+# A match must start outside quotes: the text before it is unquoted characters, escapes and
+# whole quoted strings ('...' or "...", as Python's repr writes them). Anchored at the start
+# of the text; RE2 keeps it linear.
+QUOTE_LEAD = r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*?"""
+# What a chunk is scanned for, per line (rules/blockscan.py, `lines=True`): each rule's own
+# pattern, widened and unanchored, with no lead (a lead that skips quoted text costs the scan
+# most of its speed): a line that quotes a fatal message is a hit, then one exact per-line
+# check (`candidates`) in the reader, and no event. Besides the rules: the start-up stage
+# markers and the ready line (while starting), and a traceback's header (the tracker must
+# read it). A line with an ESC or NUL byte, which must be cleaned before anyone can say what
+# it holds, the line reader finds itself (rules/linereader.py: memchr is faster than a set).
+_ALWAYS = (re2.escape(tracebacks.HEADER),)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockHits:
+    """What one pass over a block of lines found (`Matcher.scan`)."""
+
+    rule: bool  # some line might match a rule: its lines go to the exact per-line matching
+    stage: str | None  # the start-up stage of the last marker in the block, if any
+    ready: bool  # the block holds SGLang's ready line
+    traceback: bool = False  # the block holds a traceback's header
+
+
+class Matcher:
+    """All packs' rules, compiled once: one block scan per chunk, one RE2 set scan per line."""
+
+    def __init__(self, packs: Sequence[RulePack], *, accelerate: bool = True) -> None:
+        """Compile every rule; a rule id used by two packs is a ConfigError.
+
+        `accelerate=False` keeps the block prefilter on RE2 (rules/blockscan.py).
+        """
+        self.rules: tuple[Rule, ...] = tuple(r for p in packs for r in p.rules)
+        owner: dict[str, RulePack] = {}
+        for pack in packs:
+            for rule in pack.rules:
+                if rule.id in owner:
+                    raise ConfigError(
+                        pack.path,
+                        f"rules[{rule.id}].id",
+                        f"rule id already used by pack {owner[rule.id].name!r} "
+                        f"({owner[rule.id].path})",
+                    )
+                owner[rule.id] = pack
+        # Two sets over the error text of one line: matches anywhere outside quotes, and
+        # matches at the start only (a plain SGLang record, whose level is not printed).
+        self._free = re2.Set.MatchSet(RE2_OPTIONS)
+        self._start = re2.Set.MatchSet(RE2_OPTIONS)
+        for rule in self.rules:
+            self._free.Add(f"{QUOTE_LEAD}(?:{rule.pattern})")
+            self._start.Add(f"(?:{rule.pattern})")
+        # Per phase, one per-line scan: while starting every rule, the stage markers and the
+        # ready line; once SGLang is ready only running-phase rules act (supervise/machine.py reads
+        # lines only while starting or ready), a handful of patterns.
+        rules = [unanchored(rule.pattern) for rule in self.rules]
+        self._markers = len(self.rules), len(self.rules) + len(MARKERS)
+        self._lines = BlockScan([*rules, *(marker for _, _, marker in MARKERS),
+                                 re2.escape(READY_LINE), *_ALWAYS],
+                                accelerate=accelerate, lines=True)
+        self._running_ids = tuple(i for i, r in enumerate(self.rules) if in_phase(r, "running"))
+        self._lines_running = BlockScan([*(rules[i] for i in self._running_ids), *_ALWAYS],
+                                        accelerate=accelerate, lines=True)
+        # Non-fatal rules (notes `explain` shows; they never act) read every line as it is.
+        self._notes = re2.Set.SearchSet(RE2_OPTIONS)
+        self._note_ids = tuple(i for i, r in enumerate(self.rules) if not r.fatal)
+        for i in self._note_ids:
+            self._notes.Add(self.rules[i].pattern)
+        self._free.Compile()
+        self._start.Compile()
+        if self._note_ids:
+            self._notes.Compile()
+        self._compiled: dict[str, Any] = {}
+
+    def prepare_scan(self) -> tuple[str, str | None]:
+        """Compile both phases' scans now, not on the first chunk: the engine, and why not
+        all on Hyperscan (None when all are). Each set scans once here, so that the first
+        chunk of a launch does not pay for the database's first touch (a few ms)."""
+        for scan in (self._lines, self._lines_running):
+            scan.line_ends(b"\n")
+        tracebacks.prepare(LINE_CAP)
+        return self._lines.engine, self._lines.why
+
+    def line_scan(self, block: bytes, starting: bool) -> tuple[list[int], str | None]:
+        """The lines of `block` the reader must read, by the offset just past each one's
+        newline (unsorted, perhaps repeated; a superset), and the start-up stage of the last
+        marker in it (None: none, or not `starting`: past the start only running-phase
+        rules are scanned for)."""
+        if not starting:
+            return [end for _, end in self._lines_running.line_ends(block)], None
+        found = self._lines.line_ends(block)
+        first, stop = self._markers
+        markers = [i - first for i, _ in found if first <= i < stop]
+        return ([end for i, end in found if not first <= i < stop],
+                last_stage(block, markers) if markers else None)
+
+    def scan(self, block: bytes) -> BlockHits:
+        """What the scan while starting finds in `block` (lines left unread, a superset):
+        might a line match a rule, the stage of the last marker, the ready line, a header."""
+        return self._summary(self._lines, block, starting=True)
+
+    def scan_running(self, block: bytes) -> BlockHits:
+        """`scan` past the start: running-phase rules and a traceback's header only."""
+        return self._summary(self._lines_running, block, starting=False)
+
+    def _summary(self, scan: BlockScan, block: bytes, *, starting: bool) -> BlockHits:
+        ids = {i for i, _ in scan.line_ends(block)}
+        rules = len(self.rules) if starting else len(self._running_ids)
+        header = scan.size - len(_ALWAYS)
+        first, stop = self._markers
+        markers = [i - first for i in ids if starting and first <= i < stop]
+        return BlockHits(rule=any(i < rules for i in ids),
+                         stage=last_stage(block, markers) if markers else None,
+                         ready=starting and stop in ids, traceback=header in ids)
+
+    def candidates(self, line: str, ends_traceback: bool | None = None) -> tuple[Rule, ...]:
+        """The rules whose pattern matches `line` (fatal ones: its error text), in pack order.
+
+        `ends_traceback` (rules/tracebacks.py): False when an exception-shaped `line` does not
+        end a traceback, so it is no error output; None when that is not known.
+        """
+        if not self.rules:
+            return ()
+        try:
+            hits = self._hits(line, ends_traceback)
+        except UnicodeEncodeError:  # lone surrogates (surrogateescape input): RE2 needs UTF-8
+            hits = self._hits(line.encode("utf-8", "replace").decode("utf-8"), ends_traceback)
+        return tuple(self.rules[i] for i in sorted(hits))
+
+    def _hits(self, line: str, ends_traceback: bool | None) -> set[int]:
+        hits: set[int] = set()
+        found = error_text(line, ends_traceback)
+        if found is not None:
+            text, at_start = found
+            found_set = (self._start if at_start else self._free).Match(text) or ()
+            hits.update(i for i in found_set if self.rules[i].fatal)
+        if self._note_ids:
+            hits.update(self._note_ids[i] for i in self._notes.Match(line) or ())
+        return hits
+
+    def diagnose(self, rule: Rule, line: str) -> str:
+        """`rule.reason` with `{name}` replaced by the pattern's named group from `line`."""
+        if "{" not in rule.reason:
+            return rule.reason
+        found = error_text(line)
+        regex = self._compiled.get(rule.id)
+        if regex is None:
+            regex = self._compiled[rule.id] = compile_pattern(rule.pattern)
+        match = regex.search(found[0]) if found is not None else None
+        groups = {k: v for k, v in (match.groupdict() if match else {}).items() if v}
+        return str(_PLACEHOLDER.sub(lambda m: groups.get(m.group(1), "?"), rule.reason))
+
+
+_PLACEHOLDER = re2.compile(r"\{(\w+)\}")
+
+
+@lru_cache(maxsize=512)
+def _compiled(pattern: str) -> Any:
+    return compile_pattern(pattern)
+
+
+def captures(rule: Rule, line: str | None) -> dict[str, str]:
+    """The named groups of `rule.pattern` that matched in `line` ({} if none, or no line)."""
+    if line is None or "(?P<" not in rule.pattern:
+        return {}
+    try:
+        found = _compiled(rule.pattern).search(line)
+    except UnicodeEncodeError:  # lone surrogates, as in Matcher.candidates
+        found = _compiled(rule.pattern).search(line.encode("utf-8", "replace").decode("utf-8"))
+    if found is None:
+        return {}
+    return {k: v for k, v in found.groupdict().items() if v is not None}
+
+
+def in_phase(rule: Rule, phase: str) -> bool:
+    """Whether `rule` acts in this phase of the server ("start" or "running")."""
+    return rule.phase in ("any", phase)
+
+
+def _conditions_hold(cond: Conditions, ctx: MatchContext) -> bool:
+    if cond.arch and ctx.arch != "unknown" and ctx.arch not in cond.arch:
+        return False
+    if ctx.sm is not None:
+        if cond.sm_min is not None and ctx.sm < cond.sm_min:
+            return False
+        if cond.sm_max is not None and ctx.sm > cond.sm_max:
+            return False
+    if cond.sglang is not None and ctx.sglang_version is not None:
+        try:
+            if Version(ctx.sglang_version) not in SpecifierSet(cond.sglang):
+                return False
+        except InvalidVersion:
+            pass  # an unreadable version is an unknown one
+    for flag, want in cond.flags:
+        present = flag in ctx.flags
+        if isinstance(want, bool):
+            if present != want:
+                return False
+        elif not present or ctx.flags[flag] not in want:
+            return False
+    return True
+
+
+def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | None:
+    """The change `rule` asks for on this command line; None if it does not apply.
+
+    `line` is the log line that matched: a `scale:`/`above:` value may use what it names, and
+    an `undo_guard_edit` rule acts only when it names the flag the guard's last fix changed.
+    What each kind plans is its own (rules/fixes.py FIX_KINDS).
+    """
+    if not _conditions_hold(rule.conditions, ctx):
+        return None
+    spec = FIX_KINDS[rule.action]
+    caps = captures(rule, line) if spec.changes_flag else {}  # a flag's value may use them
+    return spec.plan(rule, ctx, caps, line)
+
+
+def acts(rule: Rule) -> bool:
+    """Whether `rule` may act (an advice rule is only shown: `advice_for`)."""
+    return FIX_KINDS[rule.action].acts
+
+
+def is_catch_all(rule: Rule) -> bool:
+    """A catch-all (a crash banner printed before the real cause): below-zero priority, so
+    that a specific rule of the same crash wins (the machine lets it wait for one)."""
+    return rule.priority < 0
+
+
+def precedence(rule: Rule) -> tuple[bool, bool, int]:
+    """The order rules of one line are tried in (a sort key; ties keep pack order): fatal
+    before notes, actions before advice, then descending priority. The one ordering of
+    the guard: the machine's `first_fix` and `explain`'s listing both use it; which line of a
+    burst wins is the machine's alone (supervise/machine.py, replayed by supervise/replay.py)."""
+    return (not rule.fatal, not acts(rule), -rule.priority)
+
+
+def acting(matcher: Matcher, line: str, phase: str, ends_traceback: bool | None = None
+           ) -> tuple[Rule, ...]:
+    """The rules that may act on `line` in this phase (fatal ones, advice left out), in pack
+    order: `first_fix` tries them by `precedence`, `refired` looks for one that fired."""
+    return tuple(r for r in matcher.candidates(line, ends_traceback)
+                 if r.fatal and acts(r) and in_phase(r, phase))
+
+
+def refired(matcher: Matcher, line: str, fired: Mapping[str, int], phase: str,
+            ends_traceback: bool | None = None) -> tuple[Rule, ...]:
+    """The rules acting on `line` that fired before, in pack order (when `first_fix` finds
+    nothing left to change for them, their fix did not hold)."""
+    return tuple(r for r in acting(matcher, line, phase, ends_traceback)
+                 if fired.get(r.id, 0) > 0)
+
+
+def first_fix(
+    matcher: Matcher, line: str, ctx: MatchContext, fired: Mapping[str, int],
+    ends_traceback: bool | None = None,
+) -> tuple[Fix | None, tuple[Rule, ...]]:
+    """The fix for `line` and the matching fatal rules skipped because their budget ran out.
+
+    Candidates are tried by descending priority, then pack order; a rule applies when its
+    conditions hold, it has fires left and `plan_fix` finds something to change. Advice
+    rules are never candidates: they change nothing (see `advice_for`).
+    """
+    candidates = sorted(acting(matcher, line, ctx.phase, ends_traceback), key=precedence)
+    exhausted: list[Rule] = []
+    chosen: Fix | None = None
+    for rule in candidates:
+        if fired.get(rule.id, 0) >= rule.max_fires:
+            if _conditions_hold(rule.conditions, ctx):
+                exhausted.append(rule)
+            continue
+        if chosen is None:
+            chosen = plan_fix(rule, ctx, line)
+    if chosen is not None:
+        chosen = replace(chosen, diagnosis=matcher.diagnose(chosen.rule, line))
+    return chosen, tuple(exhausted)
+
+
+def advice_for(matcher: Matcher, line: str, ctx: MatchContext,
+               ends_traceback: bool | None = None) -> tuple[Rule, ...]:
+    """The advice rules (no automatic action) that `line` triggers on this command line."""
+    return tuple(r for r in matcher.candidates(line, ends_traceback)
+                 if not acts(r) and in_phase(r, ctx.phase)
+                 and _conditions_hold(r.conditions, ctx))
+
+
+def advice_record(rule: Rule, line: str, gen: int) -> Advice:
+    """The journal record of an advice rule that matched: what to read, nothing changed."""
+    return Advice(rule=rule.id, record=rule.record, line=line, gen=gen, reason=rule.reason,
+                  explanation=rule.explanation, solutions=list(rule.solutions),
+                  prevention=list(rule.prevention), source=rule.source)

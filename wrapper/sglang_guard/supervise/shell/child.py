@@ -1,0 +1,284 @@
+"""The SGLang child: spawned in its own session, its output pumped, its exit reported.
+
+Threads per launch (all daemons, all only *put* events):
+- one reader per pipe: reads bytes (READ_CHUNK at a time), hands each chunk to its writer and
+  to its scanner;
+- one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink;
+- one scanner per pipe: the chunks' lines (rules/linereader.py: with a scan, only the lines
+  a hit ends in are read), at most SCAN_BEHIND chunks behind the reader, which waits for it
+  past that (the child then waits in `write`);
+- one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
+  single `ChildExited` -- every `ChildLine` of a launch is on the queue before it.
+
+`on_chunk(stream, chunk)`, if given, sees every chunk as read (the stall watch's progress
+evidence); it must be cheap and never block.
+
+A line longer than the cap is passed through whole but only its head is kept for matching;
+`ChildLine.length` counts the whole line's bytes, without its newline.
+
+The reader never waits on the event consumer (the queue must be unbounded) nor on a slow
+sink, except past BYTE_BUDGET bytes not yet written: then it stops reading, the pipe fills
+and the child blocks in `write`. That bounds the guard's memory on a sink that never drains.
+
+The scanner's work per chunk is the scan and the lines it hits; a chunk with no hit costs no
+per-line work, and a fatal line costs the lines it is in, not its chunk.
+
+If a descendant keeps the pipes open after the main process died, EOF -- and so
+`ChildExited` -- waits for it; `stop()` kills the whole tree and so closes them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import functools
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import IO, BinaryIO
+
+from sglang_guard.errors import InputError
+from sglang_guard.rules.linereader import Find, Line, LineReader
+from sglang_guard.rules.logline import LINE_CAP
+from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
+from sglang_guard.supervise.shell.proctree import StopReport, stop_tree
+
+# Bytes per read. Smaller reads than the pipe keep each chunk's buffer warm in the cache and
+# the scanner close behind; the pipe is widened (where Linux lets us) so that the child
+# rarely waits for the guard.
+READ_CHUNK = 256 * 1024
+PIPE_SIZE = 1024 * 1024
+SCAN_BEHIND = 4  # chunks the scanner may be behind the reader
+_F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
+PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
+BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _parent_death_hook() -> Callable[[], None] | None:
+    """A `preexec_fn` making the kernel SIGKILL the child when the spawning thread exits."""
+    if not sys.platform.startswith("linux"):
+        return None
+    # Resolved here, in the parent: between fork and exec another thread's locks may be held,
+    # so the hook does as little as it can -- one foreign call with int arguments, no library
+    # loading, no imports. (SGLang's own workers do the same prctl after they start:
+    # srt/utils/common.py:3431 `kill_itself_when_parent_died`.)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent, kill = os.getpid(), int(signal.SIGKILL)
+
+    def hook() -> None:
+        prctl(_PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # the guard died between fork and prctl: too late to ask
+            os.kill(os.getpid(), kill)
+
+    return hook
+
+
+class _Pump:
+    """One pipe: a reader thread that cuts lines and a writer thread that copies bytes."""
+
+    def __init__(
+        self,
+        *,
+        pipe: IO[bytes],
+        stream: Stream,
+        gen: int,
+        sink: BinaryIO,
+        emit: Callable[[Stream, str, int, bool, bool], None],
+        cap: int,
+        budget: int,
+        find: Find | None = None,
+        keep: Callable[[Line], bool] | None = None,
+        on_chunk: Callable[[Stream, bytes], None] | None = None,
+    ) -> None:
+        self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
+        self._on_chunk = on_chunk
+        self._budget = budget
+        # Where the stream is in a Python traceback starts "unknown" (rules/tracebacks.py):
+        # before SGLang's first record nothing a client sent can be in it.
+        self.lines = LineReader(cap, find, keep)
+        self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._scans: queue.Queue[bytes | None] = queue.Queue(SCAN_BEHIND)
+        self._pending = 0  # bytes read but not yet written
+        self._cond = threading.Condition()
+        self.sink_error: OSError | ValueError | None = None
+        self.reader = threading.Thread(target=self._read, name=f"child-{gen}-{stream}-reader")
+        self.writer = threading.Thread(target=self._write, name=f"child-{gen}-{stream}-writer")
+        self.scanner = threading.Thread(target=self._scan, name=f"child-{gen}-{stream}-scanner")
+        self.reader.daemon = self.writer.daemon = self.scanner.daemon = True
+
+    def start(self) -> None:
+        """Start the threads."""
+        self.writer.start()
+        self.scanner.start()
+        self.reader.start()
+
+    def _read(self) -> None:
+        fd = self._pipe.fileno()
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
+        try:
+            while chunk := os.read(fd, READ_CHUNK):
+                with self._cond:
+                    self._cond.wait_for(lambda: self._pending < self._budget)
+                    self._pending += len(chunk)
+                self._chunks.put(chunk)
+                if self._on_chunk is not None:
+                    self._on_chunk(self._stream, chunk)
+                self._scans.put(chunk)
+        finally:
+            self._chunks.put(None)
+            self._scans.put(None)
+            self._pipe.close()
+
+    def _scan(self) -> None:
+        while (chunk := self._scans.get()) is not None:
+            self._put(self.lines.feed(chunk))
+        self._put(self.lines.close())  # a last line without a newline still counts
+
+    def _put(self, lines: list[Line]) -> None:
+        for line in lines:
+            self._emit(self._stream, line.text, line.length, line.ends, line.exception)
+
+    def _write(self) -> None:
+        while (chunk := self._chunks.get()) is not None:
+            if self.sink_error is None:
+                try:
+                    self._sink.write(chunk)
+                    self._sink.flush()
+                except (OSError, ValueError) as exc:  # closed or broken sink: keep draining
+                    self.sink_error = exc
+            with self._cond:
+                self._pending -= len(chunk)
+                self._cond.notify_all()
+
+
+class Child:
+    """One launch of the SGLang server (generation `gen`) and the threads that watch it."""
+
+    def __init__(
+        self,
+        *,
+        proc: subprocess.Popen[bytes],
+        gen: int,
+        events: queue.Queue[Event],
+        sinks: tuple[BinaryIO, BinaryIO],
+        cap: int,
+        budget: int,
+        find: Find | None = None,
+        keep: Callable[[Line], bool] | None = None,
+        on_chunk: Callable[[Stream, bytes], None] | None = None,
+    ) -> None:
+        if proc.stdout is None or proc.stderr is None:
+            raise ValueError("the child must be spawned with both pipes")
+        self._proc, self.gen, self.pid = proc, gen, proc.pid
+        self.pgid = proc.pid  # start_new_session: the child leads its own session and group
+        self._events = events
+        make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget,
+                                 find=find, keep=keep, on_chunk=on_chunk)
+        self._pumps = (
+            make(pipe=proc.stdout, stream="stdout", sink=sinks[0]),
+            make(pipe=proc.stderr, stream="stderr", sink=sinks[1]),
+        )
+        self._cap = cap
+        self._reaper = threading.Thread(target=self._reap, name=f"child-{gen}-reaper")
+        self._reaper.daemon = True
+        for pump in self._pumps:
+            pump.start()
+        self._reaper.start()
+
+    @classmethod
+    def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        gen: int,
+        events: queue.Queue[Event],
+        stdout_sink: BinaryIO,
+        stderr_sink: BinaryIO,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        line_cap: int = LINE_CAP,
+        byte_budget: int = BYTE_BUDGET,
+        find: Find | None = None,
+        keep: Callable[[Line], bool] | None = None,
+        on_chunk: Callable[[Stream, bytes], None] | None = None,
+    ) -> Child:
+        """Start `argv` (no shell) in a new session with stdin from /dev/null.
+
+        `find` and `keep` are the line reader's (rules/linereader.py): the scan and which read
+        lines become events (None: every line).
+
+        Call it from the guard's long-lived loop thread: the parent-death signal fires when
+        the *thread* that forked exits, not the process, so a short-lived spawning thread
+        would kill the server behind the guard's back.
+        """
+        if events.maxsize:
+            raise ValueError("the event queue must be unbounded: readers never wait on it")
+        try:
+            proc = subprocess.Popen(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                bufsize=0,
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_parent_death_hook(),  # noqa: PLW1509 (async-signal-safe, see hook)
+            )
+        except OSError as exc:
+            raise InputError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from exc
+        return cls(
+            proc=proc,
+            gen=gen,
+            events=events,
+            sinks=(stdout_sink, stderr_sink),
+            cap=line_cap,
+            budget=byte_budget,
+            find=find,
+            keep=keep,
+            on_chunk=on_chunk,
+        )
+
+    def _put_line(self, stream: Stream, text: str, length: int, ends: bool, exception: bool
+                  ) -> None:
+        self._events.put(ChildLine(self.gen, stream, text, length, ends, exception))
+
+    def _reap(self) -> None:
+        returncode = self._proc.wait()
+        # Normally the pipes close with the main process. A descendant that keeps them open
+        # (a worker that outlived its parent) must not hide the exit: after PIPE_GRACE_S the
+        # exit is reported anyway and the supervisor stops what is left of the tree.
+        deadline = time.monotonic() + PIPE_GRACE_S
+        for pump in self._pumps:
+            pump.reader.join(max(0.0, deadline - time.monotonic()))
+            pump.scanner.join(max(0.0, deadline - time.monotonic()))
+        self._events.put(ChildExited(self.gen, self.pid, returncode))
+
+    def poll(self) -> int | None:
+        """The main process's exit status once it was reaped, else None."""
+        return self._proc.poll()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until `ChildExited` was put and every byte was written; False on timeout."""
+        self._reaper.join(timeout)
+        for pump in self._pumps:
+            pump.writer.join(timeout)
+        return not self._reaper.is_alive() and not any(p.writer.is_alive() for p in self._pumps)
+
+    def stop(self, grace: float, timeout: float = 30.0) -> StopReport:
+        """Stop the whole tree (SIGTERM, `grace` seconds, SIGKILL), then `join(timeout)`."""
+        # Once reaped, the pid number may belong to someone else; the group id stays ours
+        # while any member lives (the kernel does not reuse a pid that names a group).
+        report = stop_tree(self.pid if self.poll() is None else None, self.pgid, grace)
+        self.join(timeout)
+        return report
