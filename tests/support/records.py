@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from sglang_guard.common import outcomes
 from sglang_guard.common.outcomes import (
     FleetChange,
     FleetChanged,
@@ -24,7 +25,6 @@ from sglang_guard.common.outcomes import (
     PreflightFinding,
     UndoFix,
 )
-from sglang_guard.supervise import outcomes
 
 
 def event_classes() -> list[type[JournalEvent]]:

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from sglang_guard.common import outcomes
 from sglang_guard.common.outcomes import GiveUpCause, JournalEvent
-from sglang_guard.supervise import outcomes
 from support.records import event_classes, kind_of, typed
 
 REPO = Path(__file__).resolve().parents[2]

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from sglang_guard.common.outcomes import StopCause
 from sglang_guard.config.guardconfig import HealthSection
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
 from sglang_guard.rules.rules import Matcher, parse_pack
@@ -84,7 +85,7 @@ def test_health_disabled_the_ready_line_alone_says_ready() -> None:
 def test_not_ready_in_time_restarts_as_a_failure() -> None:
     run = Run()
     run.start()
-    assert run.tick("ready_timeout") == [Stop(1, "ready timeout")]
+    assert run.tick("ready_timeout") == [Stop(1, "ready timeout", StopCause.READY_TIMEOUT)]
     actions = run.exited(-15)
     assert "backoff" in events_of(actions)
     assert run.backoff_then_spawn() == Spawn(2, ARGV)
@@ -363,7 +364,7 @@ def test_liveness_failure_streak_after_ready_restarts() -> None:
     run.health("/health_generate", ok=False)
     actions = run.health("/health_generate", ok=False)
     assert record(actions, "liveness.failed")["streak"] == 2
-    assert actions[-1] == Stop(1, "liveness")
+    assert actions[-1] == Stop(1, "liveness", StopCause.LIVENESS)
     actions = run.exited(-15)
     assert record(actions, "backoff")["reason"] == "liveness probe failed"
     assert run.backoff_then_spawn() == Spawn(2, ARGV)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sglang_guard.common.outcomes import StopCause
 from sglang_guard.config.guardconfig import (
     DEFAULT_STATUS_PORT,
     StatusSection,
@@ -25,11 +26,16 @@ def fold(records: Iterable[Mapping[str, Any] | tuple[str, str]], snap: model.Sna
     counts = []
     for t, item in enumerate(records):
         if isinstance(item, tuple):
-            snap = model.on_stop(snap, item[1])
+            snap = model.on_stop(snap, STOP_CAUSES.get(item[1]))
             continue
         snap, c = model.on_record(snap, typed(item), float(t), 1000.0 + t)
         counts.append(c)
     return snap, counts
+
+
+# What the machine's Stop carries for each of its stop reasons (supervise/machine.py `_stop`).
+STOP_CAUSES = {"liveness": StopCause.LIVENESS, "ready timeout": StopCause.READY_TIMEOUT,
+               "config changed": StopCause.RELOAD}
 
 
 def start(gen: int) -> dict[str, Any]:
@@ -259,3 +265,13 @@ def test_every_fleet_record_counts_a_registered_kind(record: dict[str, Any],
     _, counts = fold([record])
     assert counts[0].fleet == kinds
     assert set(kinds) <= set(model.FLEET_KINDS)
+
+
+
+@pytest.mark.parametrize("cause", list(StopCause))
+def test_the_restart_cause_comes_from_the_stops_cause_not_its_wording(cause: StopCause) -> None:
+    assert model.on_stop(model.Snapshot(), cause).cause == str(cause)
+    # A Stop without a cause (a rule, a signal, the group) names none, whatever its reason says.
+    assert model.on_stop(model.Snapshot(), None).cause is None
+    # The first cause of a stop sticks until the next launch.
+    assert model.on_stop(model.on_stop(model.Snapshot(), cause), None).cause == str(cause)

@@ -42,6 +42,15 @@ class FixKind(StrEnum):
     PARSER_EXIT = "parser_exit"  # SGLang's parser rejected the command line: exit 2
 
 
+class StopCause(StrEnum):
+    """Why the machine stopped a tree it did not lose to a crash: the status board's restart
+    cause (/status `cause`, the next launch's restart reason). Set where the stop is decided."""
+
+    LIVENESS = "liveness"  # failed liveness probes in a row
+    READY_TIMEOUT = "ready_timeout"  # not ready within [restart] ready_timeout_s
+    RELOAD = "reload"  # a changed config file asks for a relaunch
+
+
 class GiveUpCause(StrEnum):
     """Why the guard gave up: the give-up record's `cause`, the metrics' `reason` label."""
 

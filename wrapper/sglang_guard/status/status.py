@@ -39,6 +39,7 @@ from sglang_guard.common.outcomes import (
     Restored,
     StageStarted,
     StartStalled,
+    StopCause,
     UndoFix,
 )
 from sglang_guard.sglang.redact import redact_text
@@ -58,8 +59,6 @@ _FLEET_LOOKUP = {"hit": ("hit",), "known_bad": ("known_bad_skip",), "miss": (),
 _FLEET_CHANGES = {FleetChange.PUBLISHED: ("publish",), FleetChange.CONFIRMED: ("confirm",),
                   FleetChange.KNOWN_BAD: ("known_bad",), FleetChange.SKIPPED: ()}
 # The machine's Stop reasons that name the cause themselves (others come from records).
-_STOP_CAUSES = {"liveness": "liveness", "ready timeout": "ready_timeout",
-                "config changed": "reload"}
 # "picking": the old tree is gone and the shell looks for a free port, just before a launch.
 _MACHINE_PHASES = {"idle": "preflight", "done": "stopped", "picking": "starting"}
 
@@ -116,10 +115,10 @@ def on_phase(snap: Snapshot, machine_phase: str, now: float) -> Snapshot:
                    backoff_until=snap.backoff_until if phase == "backoff" else None)
 
 
-def on_stop(snap: Snapshot, reason: str) -> Snapshot:
-    """A Stop the machine asked for: liveness, ready timeout and reload name their cause."""
-    cause = _STOP_CAUSES.get(reason)
-    return replace(snap, cause=cause) if cause and snap.cause is None else snap
+def on_stop(snap: Snapshot, cause: StopCause | None) -> Snapshot:
+    """A Stop the machine asked for: liveness, ready timeout and reload carry their cause
+    (`StopCause`, set where the machine decides the stop; no wording is read)."""
+    return replace(snap, cause=str(cause)) if cause is not None and snap.cause is None else snap
 
 
 def on_stage(snap: Snapshot, stage: str | None, now: float) -> Snapshot:

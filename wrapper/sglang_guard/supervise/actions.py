@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sglang_guard.common.outcomes import JournalEvent
+from sglang_guard.common.outcomes import JournalEvent, StopCause
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,7 +20,8 @@ class Stop:
     """Stop the whole process tree of launch `gen` (TERM, grace, KILL); its exit follows."""
 
     gen: int
-    reason: str
+    reason: str  # for a person (the journal, the log)
+    cause: StopCause | None = None  # for the status board: None for rule, signal, group stops
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,7 @@ from sglang_guard.common.outcomes import (
     Stable,
     StageStarted,
     StartStalled,
+    StopCause,
     UndoFix,
 )
 from sglang_guard.config.guardconfig import HealthSection, RestartSection, StartSection
@@ -269,9 +270,10 @@ def _spawn(state: State, env: Env, cl: CommandLine, why: str) -> tuple[State, li
     ]
 
 
-def _stop(state: State, pending: Pending, why: str) -> tuple[State, list[Action]]:
+def _stop(state: State, pending: Pending, why: str, cause: StopCause | None = None
+          ) -> tuple[State, list[Action]]:
     new = replace(state, phase="stopping", pending=pending, tentative=None)
-    return new, [Stop(state.gen, why)]
+    return new, [Stop(state.gen, why, cause)]
 
 
 def _on_signal(state: State, event: SignalReceived) -> tuple[State, list[Action]]:
@@ -292,7 +294,7 @@ def _on_command_changed(state: State, event: CommandChanged, env: Env
                                      argv_after=redact_argv(event.cl.argv, env.options)))
     if state.phase in ("starting", "ready"):
         new, actions = _stop(state, Pending("restart", cl=event.cl, reason=event.reason),
-                             "config changed")
+                             "config changed", StopCause.RELOAD)
         return new, [journal, Notify(status="config changed, restarting"), *actions]
     pending = state.pending
     if pending is not None and pending.kind == "restart":  # stopping or in backoff already
@@ -618,7 +620,8 @@ def _on_health(state: State, event: HealthResult, env: Env) -> tuple[State, list
             return replace(state, liveness_streak=streak), [
                 journal, Schedule("liveness", state.gen, env.health.liveness_interval_s)]
         pending = Pending("restart", cl=state.cl, failure=True, reason="liveness probe failed")
-        new, actions = _stop(replace(state, liveness_streak=streak), pending, "liveness")
+        new, actions = _stop(replace(state, liveness_streak=streak), pending, "liveness",
+                             StopCause.LIVENESS)
         return new, [journal, Notify(status="liveness failed, restarting"), *actions]
     return state, []
 
@@ -640,7 +643,7 @@ def _on_tick(state: State, event: Tick, env: Env) -> tuple[State, list[Action]]:
         return _settle(state, env)
     if name == "ready_timeout" and state.phase == "starting" and env.role != "worker":
         pending = Pending("restart", cl=state.cl, failure=True, reason="not ready in time")
-        return _stop(state, pending, "ready timeout")
+        return _stop(state, pending, "ready timeout", StopCause.READY_TIMEOUT)
     return state, []
 
 

@@ -103,7 +103,7 @@ class StatusBoard(Quiet):
             snap = self._snap
             for action in actions:
                 if isinstance(action, Stop):
-                    snap = model.on_stop(snap, action.reason)
+                    snap = model.on_stop(snap, action.cause)
             self._set(model.on_phase(snap, state.phase, time.monotonic()))
             if env.sglang_version != self._version:
                 self.metrics.build(env.sglang_version)
