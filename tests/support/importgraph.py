@@ -2,8 +2,7 @@
 
 Every `import x` and `from x import y` of a sglang_guard module counts: at a module's top, inside
 a function (a lazy import closes a circle at run time all the same) and under `TYPE_CHECKING`
-(a type-only import still ties the two modules: neither can be read or moved without the other;
-`import_graph(type_only=False)` leaves those out, for the circles that exist at run time).
+(a type-only import still ties the two modules: neither can be read or moved without the other).
 `from pkg import mod` counts as an import of `pkg.mod` where that is a module.
 """
 
@@ -30,26 +29,10 @@ def modules(package: Path = PACKAGE) -> dict[str, Path]:
             if "__pycache__" not in p.parts}
 
 
-def _type_only(tree: ast.AST) -> set[int]:
-    """The ids of the import nodes under an `if TYPE_CHECKING:`."""
-    found: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and (
-                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
-            found |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
-    return found
-
-
-def imported(source: str, type_only: bool = True) -> set[str]:
-    """Every absolute module name `source` imports (and `pkg.name` for `from pkg import name`);
-    without `type_only`, not the imports under `if TYPE_CHECKING:`."""
+def imported(source: str) -> set[str]:
+    """Every absolute module name `source` imports (and `pkg.name` for `from pkg import name`)."""
     names: set[str] = set()
-    tree = ast.parse(source)
-    skip = set() if type_only else _type_only(tree)
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -58,7 +41,7 @@ def imported(source: str, type_only: bool = True) -> set[str]:
     return names
 
 
-def import_graph(package: Path = PACKAGE, type_only: bool = True) -> dict[str, set[str]]:
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     """Each module of the package -> the package's modules it imports (packages whose
     `__init__.py` is empty are left out: importing one runs nothing)."""
     found = modules(package)
@@ -66,7 +49,7 @@ def import_graph(package: Path = PACKAGE, type_only: bool = True) -> dict[str, s
              if path.name == "__init__.py" and not path.read_text(encoding="utf-8").strip()}
     graph: dict[str, set[str]] = {}
     for name, path in found.items():
-        deps = imported(path.read_text(encoding="utf-8"), type_only)
+        deps = imported(path.read_text(encoding="utf-8"))
         graph[name] = {d for d in deps if d in found and d != name and d not in empty}
     return graph
 

@@ -7,7 +7,6 @@ lookaround) is rejected here, with the rule id in the message.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import re2
@@ -18,63 +17,25 @@ from sglang_guard.config.tomlread import Table
 from sglang_guard.errors import ConfigError
 from sglang_guard.preflight.facts import ATTENTION_ARCHS
 from sglang_guard.resources import config_path
-from sglang_guard.rules.fixes import FIX_KINDS, NewValue, RuleFields
+from sglang_guard.rules.fixes import FIX_KINDS, RuleFields
+from sglang_guard.rules.rule import PHASES, Conditions, Rule, RulePack
 
-# When a rule acts: before SGLang is ready ("start", the default: most failures are a start
-# that cannot work), after it ("running"), or both ("any").
-PHASES = ("start", "running", "any")
+# The rules' data lives in rules/rule.py (so rules/fixes.py can name a `Rule` without importing
+# this parser); its names are this module's too, where every reader of a pack finds them.
+__all__ = [
+    "PHASES",
+    "RE2_OPTIONS",
+    "Conditions",
+    "Rule",
+    "RulePack",
+    "compile_pattern",
+    "load_default_pack",
+    "load_default_packs",
+    "parse_pack",
+]
 
 RE2_OPTIONS = re2.Options()
 RE2_OPTIONS.log_errors = False  # a bad pattern becomes a ConfigError, not stderr noise
-
-
-@dataclass(frozen=True, slots=True)
-class Conditions:
-    """When a rule may act. Unknown facts (arch, SM, version) never exclude a rule."""
-
-    arch: tuple[str, ...] = ()  # allowed attention archs; empty: any
-    sm_min: int | None = None
-    sm_max: int | None = None
-    sglang: str | None = None  # a PEP 440 specifier set, e.g. ">=0.5.23,<0.6"
-    # flag -> True (present), False (absent), or the values it must have.
-    flags: tuple[tuple[str, bool | tuple[str, ...]], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """One log pattern and the fix it asks for."""
-
-    id: str
-    pattern: str
-    action: FixKind  # what it does (rules/fixes.py FIX_KINDS)
-    flags: tuple[str, ...] = ()
-    values: tuple[str, ...] | None = None
-    new_value: NewValue | None = None  # parsed once, here (rules/fixes.py)
-    conditions: Conditions = field(default_factory=Conditions)
-    max_fires: int = 1
-    fatal: bool = True
-    reason: str = ""
-    source: str | None = None
-    pack: str = ""
-    # Higher wins when one line matches several rules; a catch-all (a crash banner printed
-    # before the real cause) sits below zero so that the specific rule is preferred.
-    priority: int = 0
-    phase: str = "start"  # one of PHASES
-    # From an error-dataset record (`rules import`): its id, and what a person should read.
-    record: str | None = None
-    explanation: str = ""
-    solutions: tuple[str, ...] = ()
-    prevention: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class RulePack:
-    """A validated rule pack."""
-
-    name: str
-    path: str
-    sglang_versions: str
-    rules: tuple[Rule, ...]
 
 
 # --- parsing -------------------------------------------------------------------------------
