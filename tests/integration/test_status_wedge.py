@@ -122,7 +122,10 @@ def test_idle_connections_and_a_slowloris_leave_livez_and_the_loop_working(
             assert head_status == 503  # not ready yet: HEAD answers like GET, no body
             cap = connection_cap(nofile)
             assert fds <= cap + 24  # the port keeps to its cap (the rest: the guard's own)
-            assert threads < cap + 16
+            # One thread per kept connection; the rest are the guard's own, up to 18: the loop,
+            # a reader, a scanner (issue 24's log path) and a writer per pipe, the watcher, the
+            # port's acceptor and evictor, and the jobs in flight (probes, stage watch).
+            assert threads < cap + 18, (cap, threads)
             # A fix: SGLang is stopped and relaunched while the connections are still held.
             go.touch()
             wait_for(lambda: count(tmp_path / "state", "ready") >= 1, timeout=60,
