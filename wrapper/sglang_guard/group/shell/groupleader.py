@@ -46,7 +46,12 @@ from sglang_guard.group.shell.groupwire import Clock
 from sglang_guard.rules.packcheck import INTERNAL_PORTS, is_denied
 from sglang_guard.sglang.argv import CONFIG_FLAG, CommandLine
 from sglang_guard.sglang.options import OptionTable
-from sglang_guard.status.shell.statusserver import Connections, connection_cap, tracker
+from sglang_guard.status.shell.statusserver import (
+    CappedServer,
+    Connections,
+    connection_cap,
+    tracker,
+)
 from sglang_guard.supervise.actions import Action, Exit, Journal, Spawn, Stop
 from sglang_guard.supervise.events import Event, PeerDown, PeerLine
 from sglang_guard.supervise.machine import State
@@ -323,7 +328,7 @@ def _server(host: str, port: int, handler: type[http.server.BaseHTTPRequestHandl
             on_error: Callable[[str, BaseException], None]) -> http.server.ThreadingHTTPServer:
     """The group port's server: daemon threads, errors journaled instead of printed."""
 
-    class Server(http.server.ThreadingHTTPServer):
+    class Server(CappedServer, http.server.ThreadingHTTPServer):
         """At most `connection_cap()` connections, the oldest idle one closed for a new one
         (as the status port): a peer holding connections open costs the guard no fds."""
 
@@ -331,13 +336,6 @@ def _server(host: str, port: int, handler: type[http.server.BaseHTTPRequestHandl
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         request_queue_size = 64
         connections = Connections(connection_cap())
-
-        def verify_request(self, request: Any, client_address: Any) -> bool:
-            return self.connections.admit(request)
-
-        def shutdown_request(self, request: Any) -> None:
-            self.connections.gone(request)
-            super().shutdown_request(request)
 
         def handle_error(self, request: Any, client_address: Any) -> None:
             on_error(str(client_address[0]) if client_address else "?",

@@ -213,7 +213,22 @@ def tracker(server: object) -> Connections:
     return book if isinstance(book, Connections) else Connections(MAX_CONNECTIONS)
 
 
-class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
+class CappedServer(socketserver.TCPServer):
+    """A TCP server that keeps to its `connections` book: a new connection is admitted by
+    closing the oldest idle one past the cap, and one that ends is forgotten (the status
+    port and the group port)."""
+
+    connections: Connections
+
+    def verify_request(self, request: Any, client_address: Any) -> bool:
+        return self.connections.admit(request)
+
+    def shutdown_request(self, request: Any) -> None:
+        self.connections.gone(request)
+        super().shutdown_request(request)
+
+
+class _Server(socketserver.ThreadingMixIn, CappedServer):
     """A threading TCP server whose clients cannot take it, or the guard, down.
 
     At most `connection_cap()` connections (threads, fds): a new one closes the oldest idle
@@ -251,13 +266,6 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
             sock.close()
             self.dropped += 1
         self._spare = _spare_fd()
-
-    def verify_request(self, request: Any, client_address: Any) -> bool:
-        return self.connections.admit(request)
-
-    def shutdown_request(self, request: Any) -> None:
-        self.connections.gone(request)
-        super().shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that broke off: nothing to print (SGLang's output is on the same stream)."""
