@@ -119,6 +119,28 @@ def test_a_last_line_without_newline_is_still_emitted(spawn, events):
     ]
 
 
+def test_the_exit_event_carries_the_last_exception_line_that_ended_a_traceback(spawn, events):
+    """The machine compares two launches' crash lines (give_up_on_repeat): the reader keeps
+    the last exception line that ended a traceback and the exit event carries it."""
+    spawn(
+        ["print", "stderr", "Traceback (most recent call last):"],
+        ["print", "stderr", '  File "a.py", line 1, in f'],
+        ["print", "stderr", "ValueError: the first crash"],
+        ["print", "stderr", "[2026-01-01 00:00:00] still printing"],
+        ["print", "stderr", "Traceback (most recent call last):"],
+        ["print", "stderr", "KeyError: 'the second'"],
+        ["print", "stderr", "ValueError: in the message, not an end of frames"],
+    )
+    _, exited = collect(events)
+    assert exited.exception_line == "KeyError: 'the second'"
+
+
+def test_no_traceback_no_exception_line(spawn, events):
+    spawn(["print", "stdout", "ValueError: not after a traceback's frames"])
+    _, exited = collect(events)
+    assert exited.exception_line is None
+
+
 def drained(child: Child, timeout: float | None) -> bool:
     """Every byte the child's readers took was written to the sinks (False on timeout)."""
     for pump in child._pumps:  # the pumps' own byte counter is what the test reads

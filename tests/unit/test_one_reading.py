@@ -15,7 +15,8 @@ from sglang_guard.config.guardconfig import GuardConfig, HealthSection, RestartS
 from sglang_guard.rules import tracebacks as tb
 from sglang_guard.rules.blockscan import BlockScan
 from sglang_guard.rules.fixes import Scale
-from sglang_guard.rules.logline import clean
+from sglang_guard.rules.linereader import LineReader
+from sglang_guard.rules.logline import LINE_CAP, clean
 from sglang_guard.rules.rules import MatchContext, Matcher, load_default_packs, plan_fix
 from sglang_guard.rules.shell.explain import explain_fix, explain_lines
 from sglang_guard.sglang.argv import parse_command_line
@@ -128,27 +129,46 @@ CRASH = [f"{TS} TP0] Scheduler hit an exception: Traceback (most recent call las
          "(rank 1, 4096 bytes)"]
 
 
-def _launches(outputs: list[list[str]], restart: RestartSection
+def _as_read(lines: list[str], gen: int) -> tuple[list[ChildLine], str | None]:
+    """What the live reader hands the machine for this output (rules/linereader.py with the
+    default pack's scan and exact filter, as the supervisor reads): the lines a rule reads,
+    and the last exception line, which the exit event carries."""
+    reader = LineReader(LINE_CAP, lambda block: MATCHER.line_scan(block, True)[0],
+                        lambda ln: bool(MATCHER.candidates(ln.text, ln.ends)))
+    data = "".join(f"{text}\n" for text in lines).encode()
+    got = reader.feed(data) + reader.close()
+    return ([ChildLine(gen, "stderr", ln.text, ln.length, ln.ends, ln.exception) for ln in got],
+            reader.last_exception)
+
+
+def _launches(outputs: list[list[str]], restart: RestartSection, via: str = "lines"
               ) -> tuple[list[dict[str, object]], list[Exit], int]:
-    """Each launch prints its lines and exits 1: the journal, the Exit actions, launches."""
+    """Each launch prints its lines and exits 1: the journal, the Exit actions, launches.
+
+    `via`: "lines", every line is an event (a replay); "reader", the live reader's events and
+    exit (only the lines a rule reads; the exit carries the last exception line)."""
     env = replace(_env(), restart=restart)
     state, actions = machine.start(machine.State(cl=parse_command_line(BASE, OPTIONS)), env)
     records: list[dict[str, object]] = []
     exits: list[Exit] = []
     spawns, now = 1, 1.0
     for i, lines in enumerate(outputs):
-        read = tb.UNKNOWN
-        for text in lines:
+        read, events, last = tb.UNKNOWN, [], None
+        if via == "reader":
+            events, last = _as_read(lines, state.gen)
+        for text in lines if via == "lines" else ():
             before = read
             read, ends = tb.step(read, text)
-            line = ChildLine(state.gen, "stderr", text, 1, ends, tb.ends_frames(before, read))
+            events.append(ChildLine(state.gen, "stderr", text, 1, ends,
+                                    tb.ends_frames(before, read)))
+        for line in events:
             state, actions = machine.step(state, line, env, now, 0.5)
             records += [a.record.to_record() for a in actions if isinstance(a, Journal)]
         for name in ("settle",):
             state, actions = machine.step(state, Tick(name, state.gen), env, now + 3, 0.5)
             records += [a.record.to_record() for a in actions if isinstance(a, Journal)]
-        state, actions = machine.step(state, ChildExited(state.gen, 100 + i, 1), env, now + 4,
-                                      0.5)
+        state, actions = machine.step(state, ChildExited(state.gen, 100 + i, 1, last), env,
+                                      now + 4, 0.5)
         records += [a.record.to_record() for a in actions if isinstance(a, Journal)]
         exits += [a for a in actions if isinstance(a, Exit)]
         if exits:
@@ -159,9 +179,11 @@ def _launches(outputs: list[list[str]], restart: RestartSection
     return records, exits, spawns
 
 
-def test_two_identical_crash_lines_end_the_guard_with_that_line() -> None:
+@pytest.mark.parametrize("via", ["lines", "reader"])
+def test_two_identical_crash_lines_end_the_guard_with_that_line(via: str) -> None:
     other = [CRASH[0], CRASH[1], CRASH[2].replace("0x7f3a2c00", "0x55d1e8").replace("4096", "8")]
-    records, exits, spawns = _launches([CRASH, other, CRASH], RestartSection(max_failures=9))
+    records, exits, spawns = _launches([CRASH, other, CRASH], RestartSection(max_failures=9),
+                                       via)
     assert spawns == 2  # never a third identical launch
     (done,) = exits
     assert done.code == 75 and "illegal memory access" in done.reason
@@ -170,19 +192,22 @@ def test_two_identical_crash_lines_end_the_guard_with_that_line() -> None:
     assert give_up["cause"] == "repeated_crash"  # its own label, not `other` (issue 21)
 
 
-def test_different_crash_lines_are_retried_and_the_repeat_check_can_be_turned_off() -> None:
+@pytest.mark.parametrize("via", ["lines", "reader"])
+def test_different_crash_lines_are_retried_and_the_repeat_check_can_be_turned_off(via: str
+                                                                                  ) -> None:
     second = [*CRASH[:2], "RuntimeError: NCCL error: unhandled system error"]
-    _, exits, spawns = _launches([CRASH, second, CRASH], RestartSection(max_failures=3))
+    _, exits, spawns = _launches([CRASH, second, CRASH], RestartSection(max_failures=3), via)
     assert spawns == 3 and "crash loop" in exits[0].reason
     _, exits, spawns = _launches([CRASH] * 3, RestartSection(max_failures=3,
-                                                             give_up_on_repeat=False))
+                                                             give_up_on_repeat=False), via)
     assert spawns == 3 and "crash loop" in exits[0].reason
 
 
-def test_only_the_line_that_ends_a_traceback_counts_as_the_crash() -> None:
+@pytest.mark.parametrize("via", ["lines", "reader"])
+def test_only_the_line_that_ends_a_traceback_counts_as_the_crash(via: str) -> None:
     """A plain line read outside any traceback ("Warning: ...") is no crash's line."""
     plain = [f"{TS}] Init torch distributed begin.", "Warning: NCCL_P2P_DISABLE is set"]
-    _, exits, spawns = _launches([plain] * 3, RestartSection(max_failures=3))
+    _, exits, spawns = _launches([plain] * 3, RestartSection(max_failures=3), via)
     assert spawns == 3 and "crash loop" in exits[0].reason
 
 

@@ -8,8 +8,9 @@ stored real log and mutations of it (CRLF line ends, ANSI colours, an invalid UT
 NUL, chunk splits at every offset of the fatal line, a 10 MB line before it, random
 chunkings, a fatal traceback at a random place in a flood). Line by line, the reader emits
 exactly the lines of an independent per-line pass (split, clean, rules/tracebacks.step) that
-the machine acts on: an exception line that ends a traceback, or a line `_keep` keeps. And
-`explain`'s CLI path (the matching lines only) gives that fix.
+the machine acts on (a line `_keep` keeps), and keeps that pass's last exception line that
+ended a traceback (what the child's exit event carries). And `explain`'s CLI path (the
+matching lines only) gives that fix.
 """
 
 from __future__ import annotations
@@ -81,10 +82,20 @@ def reader(matcher: Matcher | None, phase: str = "starting") -> LineReader:
                       lambda line: Supervisor._keep(live, line))
 
 
-def read(chunks: list[bytes], matcher: Matcher | None) -> list[Line]:
-    """The lines the reader emits for these chunks (None: no scan, every line)."""
+def read_all(chunks: list[bytes], matcher: Matcher | None) -> tuple[list[Line], str | None]:
+    """The lines the reader emits for these chunks (None: no scan, every line), and the
+    last exception line it kept."""
     lines = reader(matcher)
-    return [line for chunk in chunks for line in lines.feed(chunk)] + lines.close()
+    got = [line for chunk in chunks for line in lines.feed(chunk)] + lines.close()
+    return got, lines.last_exception
+
+
+def read(chunks: list[bytes], matcher: Matcher | None) -> list[Line]:
+    """The lines the reader emits for these chunks; its last exception line must be the
+    per-line pass's."""
+    got, last = read_all(chunks, matcher)
+    assert last == last_exception(b"".join(chunks))
+    return got
 
 
 def per_line(data: bytes) -> list[Line]:
@@ -104,7 +115,12 @@ def per_line(data: bytes) -> list[Line]:
 def acting(data: bytes, matcher: Matcher) -> list[Line]:
     """Of the per-line pass, the lines the machine acts on: what the reader must emit."""
     live = _live(matcher)
-    return [ln for ln in per_line(data) if ln.exception or Supervisor._keep(live, ln)]
+    return [ln for ln in per_line(data) if Supervisor._keep(live, ln)]
+
+
+def last_exception(data: bytes) -> str | None:
+    """The per-line pass's last exception line that ends a traceback (None: none)."""
+    return next((ln.text for ln in reversed(per_line(data)) if ln.exception), None)
 
 
 def decide(lines: list[Line], cl: CommandLine) -> tuple[Any, ...] | None:
@@ -216,16 +232,17 @@ def test_explain_cli_path_names_what_the_live_reader_decides(name: str) -> None:
 
 
 @pytest.mark.parametrize("matcher", [FAST, SLOW], ids=["hyperscan", "re2"])
-def test_an_exception_line_no_rule_matches_still_reaches_the_machine(matcher: Matcher) -> None:
+def test_an_exception_line_no_rule_matches_is_kept_for_the_exit(matcher: Matcher) -> None:
     """Read in its own chunk after the header's: the machine compares crash lines (issue 19
-    item 6), so the line that ends a traceback is emitted whatever the prefilter says."""
+    item 6), so the line that ends a traceback is kept whatever the prefilter says -- as
+    the reader's last exception (the exit event carries it), not as a line event."""
     header = (b"[2026-11-29 16:50:40 TP0] Init torch distributed begin.\n"
               b"Traceback (most recent call last):\n  File \"x.py\", line 1, in f\n")
     crash = b"RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    later = b"Traceback (most recent call last):\n  File \"y.py\"\nKeyError: 'x'\n"
     for chunks in ([header, crash], [header + crash], [header[:50], header[50:], crash]):
-        lines = read(chunks, matcher)
-        assert [(ln.text, ln.ends, ln.exception) for ln in lines] == [
-            (crash.decode().rstrip("\n"), True, True)], chunks
+        assert read_all(chunks, matcher) == ([], crash.decode().rstrip("\n")), chunks
+        assert read_all([*chunks, later], matcher) == ([], "KeyError: 'x'")
 
 
 def _chunkings(data: bytes, rng: random.Random) -> list[bytes]:

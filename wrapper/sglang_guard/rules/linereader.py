@@ -10,17 +10,23 @@ matcher); between them the tracker's state moves over the unread lines at C spee
 (rules/tracebacks.advance), and the exception line that ends a traceback is read wherever
 it is. A hit costs the lines it is in, not the chunk.
 
+The last exception line that ended a traceback is kept (`last_exception`, with a ticket
+that orders it against another stream's reader); it is returned as a line only when `keep`
+takes it: a log full of tracebacks costs no line, and no event, per traceback.
+
 Without a scan every line is read and returned (tests, a child with no rules). Either way a
 line keeps at most `cap` bytes for matching and `Line.length` counts the whole line's bytes
 without its newline; a chunk may end anywhere, even inside a UTF-8 character.
 
 What must hold, and tests/unit/test_reading_paths.py shows over stored logs, mutations and
 random chunkings and line soups: the lines returned are exactly those of a full per-line
-pass that the machine acts on, so they decide what it decides.
+pass that the machine acts on, and `last_exception` is that pass's last exception line, so
+they decide what it decides.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -44,11 +50,17 @@ class LineReader:
     """One stream's lines (`feed` each chunk in order, then `close`)."""
 
     def __init__(self, cap: int, find: Find | None = None,
-                 keep: Callable[[Line], bool] | None = None) -> None:
+                 keep: Callable[[Line], bool] | None = None,
+                 ticket: Callable[[], int] | None = None) -> None:
         """`find`: the scan (None: every line is read); `keep`: which read lines to return
-        besides exception lines (None: all)."""
+        (None: all); `ticket`: numbers the exception lines in the order read, shared by the
+        readers of one process's two streams (None: this reader's own count)."""
         self._cap, self._find, self._keep = cap, find, keep
+        self._ticket = ticket or itertools.count(1).__next__
         self.state = tracebacks.UNKNOWN
+        # The last exception line that ended a traceback (its cleaned head), and its ticket.
+        self.last_exception: str | None = None
+        self.exception_ticket = 0
         self._head = bytearray()  # the first `cap` bytes of the unfinished line
         self._length = 0  # its full length so far
 
@@ -131,8 +143,13 @@ class LineReader:
         before = self.state
         self.state, ends = tracebacks.step(before, text)
         line = Line(text, length, ends, tracebacks.ends_frames(before, self.state))
-        if line.exception or self._keep is None or self._keep(line):
+        if line.exception:
+            self._exception(text)
+        if self._keep is None or self._keep(line):
             out.append(line)
+
+    def _exception(self, text: str) -> None:
+        self.last_exception, self.exception_ticket = text, self._ticket()
 
     def _skip(self, block: bytes, start: int, end: int, out: list[Line]) -> None:
         """Move the state over `block[start:end]`, whose lines no scan hit."""
@@ -140,7 +157,10 @@ class LineReader:
             return
         found: list[tuple[int, int, str]] = []
         self.state = tracebacks.advance(self.state, block, (start, end), self._cap, found)
-        out += [Line(text, stop - at, True, True) for at, stop, text in found]
+        if found:  # no scan hit these lines: no rule reads them, only the last one counts
+            self._exception(found[-1][2])
+        if self._keep is None:
+            out += [Line(text, stop - at, True, True) for at, stop, text in found]
 
 
 def _dirty(block: bytes, end: int) -> set[int]:

@@ -59,6 +59,12 @@ class ChildExited:
     gen: int
     pid: int
     returncode: int  # as subprocess reports it: negative for a signal
+    # The last exception line that ended a traceback in this launch's output, on either
+    # stream (rules/linereader.LineReader.last_exception): the crash's own line, the one two
+    # launches are compared by (supervise/machine.py, give_up_on_repeat). The reader keeps
+    # it rather than sending each such line as a ChildLine: a log full of tracebacks costs
+    # no event per traceback. None: none was read (or not known: a replay's lines carry it).
+    exception_line: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

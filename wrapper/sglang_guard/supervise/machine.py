@@ -651,6 +651,8 @@ def _on_exit(state: State, event: ChildExited, env: Env, now: float, jitter: flo
              ) -> tuple[State, list[Action]]:
     journal: list[Action] = [Journal(ChildExit(gen=event.gen, pid=event.pid,
                                                returncode=event.returncode))]
+    if event.exception_line is not None:  # the launch's last crash line (events.ChildExited)
+        state = replace(state, exception_line=event.exception_line)
     if state.tentative is not None and state.phase in ("starting", "ready"):
         state, acts = _settle(state, env)  # the child died before the settle window closed
         journal += [a for a in acts if not isinstance(a, Stop)]

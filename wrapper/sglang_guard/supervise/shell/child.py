@@ -8,7 +8,8 @@ Threads per launch (all daemons, all only *put* events):
   a hit ends in are read), at most SCAN_BEHIND chunks behind the reader, which waits for it
   past that (the child then waits in `write`);
 - one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
-  single `ChildExited` -- every `ChildLine` of a launch is on the queue before it.
+  single `ChildExited` -- every `ChildLine` of a launch is on the queue before it, and it
+  carries the last exception line either stream's reader read (LineReader.last_exception).
 
 `on_chunk(stream, chunk)`, if given, sees every chunk as read (the stall watch's progress
 evidence); it must be cheap and never block.
@@ -33,6 +34,7 @@ import contextlib
 import ctypes
 import fcntl
 import functools
+import itertools
 import os
 import queue
 import signal
@@ -98,13 +100,14 @@ class _Pump:
         find: Find | None = None,
         keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
+        ticket: Callable[[], int] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
         self._on_chunk = on_chunk
         self._budget = budget
         # Where the stream is in a Python traceback starts "unknown" (rules/tracebacks.py):
         # before SGLang's first record nothing a client sent can be in it.
-        self.lines = LineReader(cap, find, keep)
+        self.lines = LineReader(cap, find, keep, ticket)
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._scans: queue.Queue[bytes | None] = queue.Queue(SCAN_BEHIND)
         self._pending = 0  # bytes read but not yet written
@@ -182,8 +185,10 @@ class Child:
         self._proc, self.gen, self.pid = proc, gen, proc.pid
         self.pgid = proc.pid  # start_new_session: the child leads its own session and group
         self._events = events
+        # One count for both streams: the exception line read last, on either, is the crash's.
         make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget,
-                                 find=find, keep=keep, on_chunk=on_chunk)
+                                 find=find, keep=keep, on_chunk=on_chunk,
+                                 ticket=itertools.count(1).__next__)
         self._pumps = (
             make(pipe=proc.stdout, stream="stdout", sink=sinks[0]),
             make(pipe=proc.stderr, stream="stderr", sink=sinks[1]),
@@ -262,7 +267,8 @@ class Child:
         for pump in self._pumps:
             pump.reader.join(max(0.0, deadline - time.monotonic()))
             pump.scanner.join(max(0.0, deadline - time.monotonic()))
-        self._events.put(ChildExited(self.gen, self.pid, returncode))
+        last = max((pump.lines for pump in self._pumps), key=lambda r: r.exception_ticket)
+        self._events.put(ChildExited(self.gen, self.pid, returncode, last.last_exception))
 
     def poll(self) -> int | None:
         """The main process's exit status once it was reaped, else None."""
