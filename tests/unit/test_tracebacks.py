@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sglang_guard.rules import tracebacks as tb
-from sglang_guard.rules.linereader import LineReader
+from sglang_guard.rules.linereader import Hits, LineReader
 from sglang_guard.rules.logline import clean, is_exception_line
 from sglang_guard.rules.rules import Matcher, load_default_packs
 
@@ -90,7 +90,7 @@ def skip(state: str, block: bytes, head: bytes = b"") -> str:
     """Where the reader's tracker is after `block`'s complete lines (`head`: the start of the
     line the block finishes), reading none but the headers, as the live scan hits them
     (rules/linereader.py over rules/tracebacks.advance)."""
-    reader = LineReader(65536, lambda b: [m.end() for m in _HEADERS.finditer(b)])
+    reader = LineReader(65536, lambda b: Hits([], [m.end() for m in _HEADERS.finditer(b)]))
     reader.state = state
     reader.feed(head)
     reader.feed(block)

@@ -29,11 +29,22 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sglang_guard.rules import tracebacks
 from sglang_guard.rules.logline import clean
 
-Find = Callable[[bytes], Iterable[int]]
+
+class Hits(NamedTuple):
+    """What the scan of one block found: the lines (by the offset just past each one's
+    newline; unsorted, perhaps repeated; a superset) that a pattern might match in."""
+
+    lines: Iterable[int]  # a rule's (or the ready line's): read and checked by `keep`
+    headers: Iterable[int] = ()  # a traceback's header: read by the tracker, not checked
+
+
+Find = Callable[[bytes], Hits]
+_HEADER = tracebacks.HEADER.encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,15 +108,21 @@ class LineReader:
             start = newline + 1
 
     def _hit_lines(self, chunk: bytes, last: int, find: Find, out: list[Line]) -> None:
-        ends = sorted({e for e in find(chunk) if e <= last + 1} | _dirty(chunk, last))
+        hits = find(chunk)
+        # Lines a rule may read, and those with an ESC or NUL (only their cleaned text says
+        # what they hold), are checked by `keep`; a line only a header hit is only stepped.
+        checked = {e for e in hits.lines if e <= last + 1} | _dirty(chunk, last)
+        ends = sorted(checked.union(e for e in hits.headers if e <= last + 1))
         first = chunk.find(b"\n")
         pos = 0
         if self._head or self._length:
             # The line the last chunk left unfinished: scanned whole (its head and its end).
             raw, length = self._finish(chunk, 0, first)
-            if ((ends and ends[0] == first + 1) or any(True for _ in find(raw + b"\n"))
-                    or _dirty(raw, len(raw))):
-                self._read(raw, length, out)
+            whole = find(raw + b"\n")
+            check = (first + 1 in checked or any(True for _ in whole.lines)
+                     or bool(_dirty(raw, len(raw))))
+            if check or (ends and ends[0] == first + 1) or any(True for _ in whole.headers):
+                self._read(raw, length, out, check)
             else:
                 self._skip(raw + b"\n", 0, len(raw) + 1, out)
             pos = first + 1
@@ -114,7 +131,8 @@ class LineReader:
                 continue
             start = chunk.rfind(b"\n", pos, end - 1) + 1 or pos
             self._skip(chunk, pos, start, out)
-            self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out)
+            self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out,
+                       end in checked)
             pos = end
         self._skip(chunk, pos, last + 1, out)
 
@@ -138,14 +156,21 @@ class LineReader:
             self._head += chunk[start:min(end, start + room)]
         self._length += end - start
 
-    def _read(self, raw: bytes, length: int, out: list[Line]) -> None:
+    def _read(self, raw: bytes, length: int, out: list[Line], check: bool = True) -> None:
+        """Step the tracker over one line; return it if `keep` takes it (`check`: a scan
+        says some rule might read it; else `keep` could not take it and is not asked)."""
+        if not check and self._keep is not None and raw == _HEADER:
+            # The bare header line, the common case: what `step` does with it, at once.
+            self.state = (tracebacks.REQUEST if self.state == tracebacks.REQUEST
+                          else tracebacks.TRACEBACK)
+            return
         text = clean(raw, self._cap)
         before = self.state
         self.state, ends = tracebacks.step(before, text)
         line = Line(text, length, ends, tracebacks.ends_frames(before, self.state))
         if line.exception:
             self._exception(text)
-        if self._keep is None or self._keep(line):
+        if self._keep is None or (check and self._keep(line)):
             out.append(line)
 
     def _exception(self, text: str) -> None:

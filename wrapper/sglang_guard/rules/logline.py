@@ -102,9 +102,14 @@ _COLLECTOR = re.compile(r"[\w.-]{1,64}\s{1,16}\| ")
 REQUEST_PATTERN = r'(?:Receive(?: OpenAI)?: |Finish: |\{"event": ?"request\.)'
 _REQUEST = re.compile(REQUEST_PATTERN)
 # A line whose quotes all close (repr's '...' and "...", JSON's "...", backslash escapes):
-# a request record that ends inside a quote continues on the next line. The alternatives
-# start with distinct characters, so this is linear.
-_CLOSED = re.compile(r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*\\?""")
+# a request record that ends inside a quote continues on the next line. What
+# `quotes_closed` reads, as one regex (its definition; tests/unit/test_logline.py holds the
+# two to the same answers): the alternatives start with distinct characters, so it is
+# linear, but it steps through every character in Python's regex engine, and a request
+# record's text is long; `quotes_closed` jumps from one quote or backslash to the next.
+CLOSED = re.compile(r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*\\?""")
+_OUTSIDE = re.compile(r"""['"\\]""")
+_INSIDE = {"'": re.compile(r"['\\]"), '"': re.compile(r'["\\]')}
 
 
 def is_record(line: str) -> bool:
@@ -122,8 +127,29 @@ def quotes_closed(line: str) -> bool:
     """Whether every quote `line` opens is closed on it (repr and JSON quoting): SGLang's
     request records always are, as repr and JSON escape newlines; one that is not (a line
     cut at the cap, a text printed raw) continues on the lines after it."""
-    found = _CLOSED.match(line)
-    return found is not None and found.end() == len(line)
+    at, size = 0, len(line)
+    while (special := _OUTSIDE.search(line, at)) is not None:
+        at = special.start()
+        if line[at] == "\\":  # an escape outside quotes, or the line's last character
+            if at + 1 == size:
+                return True
+            if line[at + 1] == "\n":  # nothing escapes a newline (CLOSED's `.`)
+                return False
+            at += 2
+            continue
+        inside = _INSIDE[line[at]]
+        at += 1
+        while True:
+            found = inside.search(line, at)
+            if found is None:
+                return False  # the quote runs on past the line's end
+            at = found.start() + 1
+            if line[found.start()] != "\\":
+                break  # the closing quote
+            if at == size or line[at] == "\n":
+                return False
+            at += 1
+    return True
 
 
 def is_exception_line(line: str) -> bool:

@@ -148,17 +148,24 @@ class Matcher:
         tracebacks.prepare(LINE_CAP)
         return self._lines.engine, self._lines.why
 
-    def line_scan(self, block: bytes, starting: bool) -> tuple[list[int], str | None]:
+    def line_scan(self, block: bytes, starting: bool) -> tuple[list[int], list[int], str | None]:
         """The lines of `block` the reader must read, by the offset just past each one's
-        newline (unsorted, perhaps repeated; a superset), and the start-up stage of the last
+        newline (unsorted, perhaps repeated; a superset): those a rule's pattern (or, while
+        starting, the ready line's) might match in, and those that hold a traceback's header
+        (the tracker reads them; no rule needs to); and the start-up stage of the last
         marker in it (None: none, or not `starting`: past the start only running-phase
         rules are scanned for)."""
         if not starting:
-            return [end for _, end in self._lines_running.line_ends(block)], None
+            header = self._lines_running.size - 1  # the header: the last pattern (_ALWAYS)
+            found = self._lines_running.line_ends(block)
+            return ([end for i, end in found if i != header],
+                    [end for i, end in found if i == header], None)
         found = self._lines.line_ends(block)
         first, stop = self._markers
+        header = self._lines.size - 1  # the markers, the ready line, then the header
         markers = [i - first for i, _ in found if first <= i < stop]
-        return ([end for i, end in found if not first <= i < stop],
+        return ([end for i, end in found if not first <= i < stop and i != header],
+                [end for i, end in found if i == header],
                 last_stage(block, markers) if markers else None)
 
     def scan(self, block: bytes) -> BlockHits:

@@ -120,11 +120,18 @@ class _Candidates:
 
 
 # The frames' candidates on Hyperscan (rules/blockscan.FirstLine), for a cap of 4 KiB or more:
-# a line of 4,096 blank bytes stands for "as many blank bytes as the cap".
+# an exception line, a request record, a blank line, and a line with a run of 4,096 blank
+# bytes (which stands for "a head of as many blank bytes as the cap"; unanchored, a superset,
+# it costs the set next to nothing where `^` before it costs a third of the scan). The
+# request record is widened to its literal words (a superset of _MAYBE_REQUEST that scans
+# ~30% faster). Every candidate is then read by `step`: a superset only costs that.
 _FAST_CAP = 4096
-_FRAMES_FAST = FirstLine([rb"^(?:" + body + rb")" for body in (
-    _MAYBE_EXCEPTION, _MAYBE_REQUEST, _SPACEISH + rb"*$",
-    _SPACEISH + rb"{" + str(_FAST_CAP).encode() + rb"}")])
+_FRAMES_FAST = FirstLine([
+    rb"^(?:" + _MAYBE_EXCEPTION + rb")",
+    rb"^\[\d{4}-[^\]\n]*\] (?:Receive|Finish|\{)",
+    rb"^" + _SPACEISH + rb"*$",
+    _SPACEISH + rb"{" + str(_FAST_CAP).encode() + rb"}",
+])
 
 
 def prepare(cap: int) -> None:

@@ -36,7 +36,7 @@ from sglang_guard.common.shell import stderrgate
 from sglang_guard.common.shell.files import write_private
 from sglang_guard.common.shell.logsetup import get_logger
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
-from sglang_guard.rules.linereader import Find, Line
+from sglang_guard.rules.linereader import Find, Hits, Line
 from sglang_guard.rules.logline import clean
 from sglang_guard.rules.stages import READY_LINE
 from sglang_guard.sglang.argv import CommandLine
@@ -304,15 +304,15 @@ class Supervisor:
         directly, so a marker line costs no per-line work.
         """
 
-        def find(block: bytes) -> list[int]:
+        def find(block: bytes) -> Hits:
             # Past the start only running-phase rules act (supervise/machine.py reads lines only
             # while starting or ready); a chunk read just before the switch gets the full
             # scan, a superset. A stale read is harmless either way.
             starting = self.state.phase == "starting"
-            ends, stage = self.rt.env.matcher.line_scan(block, starting)
+            ends, headers, stage = self.rt.env.matcher.line_scan(block, starting)
             if stage is not None:
                 self.events.put(ChildStage(gen, stage))
-            return ends
+            return Hits(ends, headers)
 
         return find
 
