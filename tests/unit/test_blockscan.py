@@ -162,7 +162,7 @@ def test_lines_quoting_a_fatal_message_cost_one_check_and_no_event(text: str) ->
     it may hit them; the reader's one exact check (`Supervisor._keep`) then emits nothing."""
     live = _live()
     for line in quoting(text):
-        reader = LineReader(65536, Supervisor._scan(live, 1),  # type: ignore[arg-type]
+        reader = LineReader(65536, Supervisor._scan(live),  # type: ignore[arg-type]
                             lambda ln: Supervisor._keep(live, ln))  # type: ignore[arg-type]
         assert reader.feed(f"[2026-11-29 16:50:40] Load weight begin.\n{line}\n".encode()) == []
 

@@ -78,7 +78,7 @@ def reader(matcher: Matcher | None, phase: str = "starting") -> LineReader:
     if matcher is None:
         return LineReader(LINE_CAP)
     live = _live(matcher, phase)
-    return LineReader(LINE_CAP, Supervisor._scan(live, 1),
+    return LineReader(LINE_CAP, Supervisor._scan(live),
                       lambda line: Supervisor._keep(live, line))
 
 

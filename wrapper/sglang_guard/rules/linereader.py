@@ -41,6 +41,7 @@ class Hits(NamedTuple):
 
     lines: Iterable[int]  # a rule's (or the ready line's): read and checked by `keep`
     headers: Iterable[int] = ()  # a traceback's header: read by the tracker, not checked
+    stage: str | None = None  # the start-up stage of the block's last stage marker, if any
 
 
 Find = Callable[[bytes], Hits]
@@ -62,11 +63,13 @@ class LineReader:
 
     def __init__(self, cap: int, find: Find | None = None,
                  keep: Callable[[Line], bool] | None = None,
-                 ticket: Callable[[], int] | None = None) -> None:
+                 ticket: Callable[[], int] | None = None,
+                 on_stage: Callable[[str], None] | None = None) -> None:
         """`find`: the scan (None: every line is read); `keep`: which read lines to return
         (None: all); `ticket`: numbers the exception lines in the order read, shared by the
-        readers of one process's two streams (None: this reader's own count)."""
-        self._cap, self._find, self._keep = cap, find, keep
+        readers of one process's two streams (None: this reader's own count); `on_stage`:
+        told each stage a scan finds, in stream order, before the lines after it return."""
+        self._cap, self._find, self._keep, self._on_stage = cap, find, keep, on_stage
         self._ticket = ticket or itertools.count(1).__next__
         self.state = tracebacks.UNKNOWN
         # The last exception line that ended a traceback (its cleaned head), and its ticket.
@@ -75,8 +78,11 @@ class LineReader:
         self._head = bytearray()  # the first `cap` bytes of the unfinished line
         self._length = 0  # its full length so far
 
-    def feed(self, chunk: bytes) -> list[Line]:
-        """The lines `chunk` completes that are returned (see the module's docstring)."""
+    def feed(self, chunk: bytes, hits: Hits | None = None) -> list[Line]:
+        """The lines `chunk` completes that are returned (see the module's docstring).
+
+        `hits`: `find(chunk)`, when the caller scanned it already (the child's reader thread
+        scans each chunk before this reader gets it: supervise/shell/child.py)."""
         out: list[Line] = []
         last = chunk.rfind(b"\n")
         if last < 0:
@@ -85,7 +91,8 @@ class LineReader:
         if self._find is None:
             self._every_line(chunk, out)
         else:
-            self._hit_lines(chunk, last, self._find, out)
+            self._hit_lines(chunk, last, self._find, out,
+                            self._find(chunk) if hits is None else hits)
         self._extend(chunk, last + 1, len(chunk))
         return out
 
@@ -107,8 +114,8 @@ class LineReader:
             self._read(raw, length, out)
             start = newline + 1
 
-    def _hit_lines(self, chunk: bytes, last: int, find: Find, out: list[Line]) -> None:
-        hits = find(chunk)
+    def _hit_lines(self, chunk: bytes, last: int, find: Find, out: list[Line], hits: Hits
+                   ) -> None:
         # Lines a rule may read, and those with an ESC or NUL (only their cleaned text says
         # what they hold), are checked by `keep`; a line only a header hit is only stepped.
         checked = {e for e in hits.lines if e <= last + 1} | _dirty(chunk, last)
@@ -119,6 +126,7 @@ class LineReader:
             # The line the last chunk left unfinished: scanned whole (its head and its end).
             raw, length = self._finish(chunk, 0, first)
             whole = find(raw + b"\n")
+            self._stage(whole.stage)  # a marker line cut by the chunk's start
             check = (first + 1 in checked or any(True for _ in whole.lines)
                      or bool(_dirty(raw, len(raw))))
             if check or (ends and ends[0] == first + 1) or any(True for _ in whole.headers):
@@ -126,6 +134,7 @@ class LineReader:
             else:
                 self._skip(raw + b"\n", 0, len(raw) + 1, out)
             pos = first + 1
+        self._stage(hits.stage)
         for end in ends:
             if end <= pos:
                 continue
@@ -172,6 +181,10 @@ class LineReader:
             self._exception(text)
         if self._keep is None or (check and self._keep(line)):
             out.append(line)
+
+    def _stage(self, stage: str | None) -> None:
+        if stage is not None and self._on_stage is not None:
+            self._on_stage(stage)
 
     def _exception(self, text: str) -> None:
         self.last_exception, self.exception_ticket = text, self._ticket()

@@ -1,8 +1,9 @@
 """The SGLang child: spawned in its own session, its output pumped, its exit reported.
 
 Threads per launch (all daemons, all only *put* events):
-- one reader per pipe: reads bytes (READ_CHUNK at a time), hands each chunk to its writer and
-  to its scanner;
+- one reader per pipe: reads bytes (READ_CHUNK at a time), hands each chunk to its writer,
+  scans it (`find`: Hyperscan, which runs without the GIL, so this scan overlaps the
+  scanner's Python work on the chunks before it) and hands chunk and hits to its scanner;
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink;
 - one scanner per pipe: the chunks' lines (rules/linereader.py: with a scan, only the lines
   a hit ends in are read), at most SCAN_BEHIND chunks behind the reader, which waits for it
@@ -46,7 +47,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
 from sglang_guard.errors import InputError
-from sglang_guard.rules.linereader import Find, Line, LineReader
+from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
 from sglang_guard.rules.logline import LINE_CAP
 from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
 from sglang_guard.supervise.shell.proctree import StopReport, stop_tree
@@ -101,15 +102,17 @@ class _Pump:
         keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
         ticket: Callable[[], int] | None = None,
+        on_stage: Callable[[str], None] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
+        self._find = find
         self._on_chunk = on_chunk
         self._budget = budget
         # Where the stream is in a Python traceback starts "unknown" (rules/tracebacks.py):
         # before SGLang's first record nothing a client sent can be in it.
-        self.lines = LineReader(cap, find, keep, ticket)
+        self.lines = LineReader(cap, find, keep, ticket, on_stage)
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._scans: queue.Queue[bytes | None] = queue.Queue(SCAN_BEHIND)
+        self._scans: queue.Queue[tuple[bytes, Hits | None] | None] = queue.Queue(SCAN_BEHIND)
         self._pending = 0  # bytes read but not yet written
         self._cond = threading.Condition()
         self.sink_error: OSError | ValueError | None = None
@@ -136,15 +139,17 @@ class _Pump:
                 self._chunks.put(chunk)
                 if self._on_chunk is not None:
                     self._on_chunk(self._stream, chunk)
-                self._scans.put(chunk)
+                hits = (self._find(chunk) if self._find is not None and b"\n" in chunk
+                        else None)
+                self._scans.put((chunk, hits))
         finally:
             self._chunks.put(None)
             self._scans.put(None)
             self._pipe.close()
 
     def _scan(self) -> None:
-        while (chunk := self._scans.get()) is not None:
-            self._put(self.lines.feed(chunk))
+        while (item := self._scans.get()) is not None:
+            self._put(self.lines.feed(*item))
         self._put(self.lines.close())  # a last line without a newline still counts
 
     def _put(self, lines: list[Line]) -> None:
@@ -179,6 +184,7 @@ class Child:
         find: Find | None = None,
         keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
+        on_stage: Callable[[str], None] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
             raise ValueError("the child must be spawned with both pipes")
@@ -188,7 +194,7 @@ class Child:
         # One count for both streams: the exception line read last, on either, is the crash's.
         make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget,
                                  find=find, keep=keep, on_chunk=on_chunk,
-                                 ticket=itertools.count(1).__next__)
+                                 ticket=itertools.count(1).__next__, on_stage=on_stage)
         self._pumps = (
             make(pipe=proc.stdout, stream="stdout", sink=sinks[0]),
             make(pipe=proc.stderr, stream="stderr", sink=sinks[1]),
@@ -216,11 +222,13 @@ class Child:
         find: Find | None = None,
         keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
+        on_stage: Callable[[str], None] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
 
-        `find` and `keep` are the line reader's (rules/linereader.py): the scan and which read
-        lines become events (None: every line).
+        `find`, `keep` and `on_stage` are the line reader's (rules/linereader.py): the scan,
+        which read lines become events (None: every line), and who hears of the start-up
+        stages the scan finds.
 
         Call it from the guard's long-lived loop thread: the parent-death signal fires when
         the *thread* that forked exits, not the process, so a short-lived spawning thread
@@ -252,6 +260,7 @@ class Child:
             find=find,
             keep=keep,
             on_chunk=on_chunk,
+            on_stage=on_stage,
         )
 
     def _put_line(self, stream: Stream, text: str, length: int, ends: bool, exception: bool

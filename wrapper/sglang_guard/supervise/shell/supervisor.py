@@ -296,25 +296,29 @@ class Supervisor:
 
     # -- actions ---------------------------------------------------------------------------
 
-    def _scan(self, gen: int) -> Find:
+    def _scan(self) -> Find:
         """Reader threads ask this per chunk: which of its lines might matter to the machine
         (rules/rules.Matcher.line_scan, the current phase's patterns: a superset)?
 
-        The same scan finds the start-up stage markers; a stage is put on the queue
-        directly, so a marker line costs no per-line work.
+        The same scan finds the start-up stage markers, so a marker line costs no per-line
+        work: the line reader hands each on (`_stage_sink`) in stream order.
         """
 
         def find(block: bytes) -> Hits:
             # Past the start only running-phase rules act (supervise/machine.py reads lines only
             # while starting or ready); a chunk read just before the switch gets the full
             # scan, a superset. A stale read is harmless either way.
-            starting = self.state.phase == "starting"
-            ends, headers, stage = self.rt.env.matcher.line_scan(block, starting)
-            if stage is not None:
-                self.events.put(ChildStage(gen, stage))
-            return Hits(ends, headers)
+            return Hits(*self.rt.env.matcher.line_scan(block, self.state.phase == "starting"))
 
         return find
+
+    def _stage_sink(self, gen: int) -> Callable[[str], None]:
+        """Where a launch's line readers put the start-up stages its output's markers name."""
+
+        def on_stage(stage: str) -> None:
+            self.events.put(ChildStage(gen, stage))
+
+        return on_stage
 
     def _keep(self, line: Line) -> bool:
         """Of the lines a scan hit, those the machine acts on: one a rule reads (the exact
@@ -386,8 +390,9 @@ class Supervisor:
                orphans.RUN_TOKEN_ENV: self._token}
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
-                                 env=env, find=self._scan(action.gen), keep=self._keep,
-                                 on_chunk=self._chunk_watcher(action.gen))
+                                 env=env, find=self._scan(), keep=self._keep,
+                                 on_chunk=self._chunk_watcher(action.gen),
+                                 on_stage=self._stage_sink(action.gen))
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
