@@ -1,6 +1,7 @@
 """A `check` whose model facts are cached imports neither transformers nor pynvml nor
 importlib.metadata, nor tomllib (the backend table's decoded copy is cached too), nor the
-supervisor's jobs and events; where NVML's library is absent, the probe says what NVML would."""
+supervisor's jobs and events, nor click (a plain command line: checkcmd.py); where NVML's
+library is absent, the probe says what NVML would."""
 
 from __future__ import annotations
 
@@ -47,9 +48,11 @@ def test_cached_check_imports_little(tmp_path: Path) -> None:
     assert "tomllib" in cold and "tomllib" not in cached  # the table's copy was read
     assert not cached & {"sglang_guard.supervise.shell.jobs", "sglang_guard.supervise.events",
                          "difflib",
-                         "socket", "queue"}
-    if gpuprobe._no_nvml_library() is not None:  # no NVIDIA driver on this host
-        assert "pynvml" not in cached
+                         "socket", "queue", "click",
+                         "sglang_guard.sglang.shell.release",  # --python only
+                         "sglang_guard.sglang.msgsearch"}  # an unshipped release only
+    if gpuprobe._no_nvml_library() is not None or gpuprobe._probe_ctypes() is not None:
+        assert "pynvml" not in cached  # no NVIDIA driver here, or NVML answered through ctypes
 
 
 def test_missing_nvml_library_answers_as_nvml_does() -> None:

@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import click
 
 from sglang_guard import __version__
+from sglang_guard.checkcmd import load_config, run_check
 from sglang_guard.config.guardconfig import POLICY_MODES, GuardConfig, with_overrides
 from sglang_guard.entry import guarded, run_process
-from sglang_guard.errors import (
-    EXIT_OK,
-    EXIT_REFUSED,
-    EXIT_REMEDIATED,
-    EXIT_USAGE,
-)
 
 F = TypeVar("F", bound=Callable[..., Any])
-_VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED,
-                 "rejected": EXIT_USAGE}
 
 
 def _common(fn: F) -> F:
@@ -36,15 +28,6 @@ def _common(fn: F) -> F:
     fn = click.option("--config", "config_path", default=None, metavar="GUARD.toml",
                       help="The guard's config file (also $SGLANG_GUARD_CONFIG).")(fn)
     return fn
-
-
-def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
-                *, search_defaults: bool = False) -> GuardConfig:
-    """The guard config with command-line overrides applied."""
-    from sglang_guard.config.shell.configfile import locate, read_guard_config  # noqa: PLC0415
-
-    cfg = read_guard_config(locate(config_path, search_defaults=search_defaults))
-    return with_overrides(cfg, policy, gpu_sm)
 
 
 def sglang_args(cfg: GuardConfig, args: Sequence[str]) -> list[str]:
@@ -87,38 +70,9 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
     Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input (also: rejected, a
     command line the release's own parser rejects), 69 --python has no SGLang.
     """
-    from sglang_guard.preflight.shell.inputs import prepare  # noqa: PLC0415
-    from sglang_guard.preflight.shell.whichrelease import resolve_release  # noqa: PLC0415
-    from sglang_guard.supervise.shell.statelock import default_run_state_dir  # noqa: PLC0415
-    from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
-
-    cfg = load_config(config_path, policy, gpu_sm)
-    release = resolve_release(
-        version=sglang_version or cfg.sglang.version,
-        version_source="--sglang-version" if sglang_version else "[sglang] version",
-        python=python or cfg.sglang.python)
-    argv = sglang_args(cfg, args)
-    prepared = prepare(cfg.gpu_sm, cfg.policy, argv,
-                       state_dir or cfg.state_dir or default_run_state_dir(argv), release)
-    decision, inputs = prepared.decision, prepared.inputs
-    assert decision is not None and inputs is not None  # noqa: S101 - preflight ran
-    fleet = None
-    if cfg.learn.enabled:  # fleet memory: what a guard would take from the store
-        from sglang_guard.fleet.shell.fleet import check_view  # noqa: PLC0415
-
-        fleet = check_view(cfg, state_dir or cfg.state_dir or default_run_state_dir(argv),
-                           prepared)
-    if as_json:
-        doc = decision_json(decision, inputs)
-        click.echo(json.dumps({**doc, "fleet": fleet} if fleet else doc, indent=2))
-    else:
-        click.echo(render_decision(decision, inputs))
-        for line in fleet["lines"] if fleet else ():
-            click.echo(line)
-    verdict = decision.verdict
-    if fleet and fleet["applied"] and verdict == "ok":
-        verdict = "remediated"
-    sys.exit(_VERDICT_EXIT[verdict])
+    run_check(policy=policy, gpu_sm=gpu_sm, config_path=config_path, as_json=as_json,
+              state_dir=state_dir, sglang_version=sglang_version, python=python, args=args,
+              echo=click.echo, sglang_args=sglang_args)
 
 
 @main.command(context_settings={"ignore_unknown_options": True})

@@ -17,8 +17,9 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from sglang_guard.checkcmd import exit_for
 from sglang_guard.config.guardconfig import GuardConfig, with_overrides
-from sglang_guard.errors import EXIT_INTERNAL, GuardError, InputError
+from sglang_guard.errors import InputError
 
 F = TypeVar("F", bound=Callable[..., Any])
 LOG_FORMATS = ("auto", "json", "console")
@@ -34,19 +35,10 @@ def guarded(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except GuardError as exc:
-            click.echo(f"sglang-guard: error: {exc}", err=True)
-            sys.exit(exc.exit_code)
-        except KeyboardInterrupt:
-            sys.exit(130)
         except click.ClickException:
             raise  # click prints usage errors itself (exit 2)
-        except Exception as exc:  # a bug: one line unless debugging is asked for
-            if os.environ.get("SGLANG_GUARD_DEBUG"):
-                raise
-            click.echo(f"sglang-guard: internal error: {type(exc).__name__}: {exc} "
-                       "(set SGLANG_GUARD_DEBUG=1 for a traceback)", err=True)
-            sys.exit(EXIT_INTERNAL)
+        except (Exception, KeyboardInterrupt) as exc:  # a bug: one line unless debugging
+            exit_for(exc, click.echo)
 
     wrapper.__name__ = fn.__name__
     wrapper.__doc__ = fn.__doc__

@@ -9,7 +9,14 @@ from sglang_guard.pid1 import init_if_pid1
 def main() -> None:
     """`sglang-guard` (and `python -m sglang_guard`)."""
     init_if_pid1()
-    from sglang_guard import cli  # noqa: PLC0415 - the init half never imports the CLI
+    import sys  # noqa: PLC0415
+
+    from sglang_guard import checkcmd  # noqa: PLC0415 - the init half never imports the CLI
+
+    params = checkcmd.plain_check_args(sys.argv[1:])
+    if params is not None:  # a plain `check`: click's import is a tenth of it (checkcmd.py)
+        checkcmd.run_plain(params)
+    from sglang_guard import cli  # noqa: PLC0415
 
     cli.main()
 

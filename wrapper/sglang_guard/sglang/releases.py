@@ -190,12 +190,17 @@ def _raw() -> Mapping[str, Any]:
     return _RAW[0]
 
 
+_KNOWN: list[tuple[str, ...]] = []  # known_releases' answer, once per process (as _RAW)
+
+
 def known_releases() -> tuple[str, ...]:
     """Every release with a shipped table, oldest first."""
-    data = _raw()
-    versions = [str(data["newest"]["sglang_version"])]
-    versions += [str(e["sglang_version"]) for e in data["chain"]]
-    return tuple(sorted(versions, key=Version))
+    if not _KNOWN:
+        data = _raw()
+        versions = [str(data["newest"]["sglang_version"])]
+        versions += [str(e["sglang_version"]) for e in data["chain"]]
+        _KNOWN.append(tuple(sorted(versions, key=Version)))
+    return _KNOWN[0]
 
 
 def shipped_table(version: str) -> dict[str, Any]:

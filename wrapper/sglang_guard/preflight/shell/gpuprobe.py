@@ -29,10 +29,17 @@ def parse_gpu_sm(value: str) -> GpuFacts | None:
 
 
 def probe_gpu(nvml: Any = None) -> GpuFacts:
-    """Ask NVML for the first visible GPU; an unknown GPU (with a warning) when it cannot tell."""
+    """Ask NVML for the first visible GPU; an unknown GPU (with a warning) when it cannot tell.
+
+    `nvml`: pynvml or an object with its functions; None: NVML through ctypes where every
+    call succeeds (nvmlctypes.py: no pynvml import), else through pynvml, whose words for
+    the failure the warning quotes.
+    """
     if nvml is None:
         if (missing := _no_nvml_library()) is not None:
             return missing
+        if (found := _probe_ctypes()) is not None:
+            return found
         try:
             import pynvml  # noqa: PLC0415 - nvidia-ml-py, only needed for `auto`
 
@@ -40,9 +47,30 @@ def probe_gpu(nvml: Any = None) -> GpuFacts:
         except ImportError:
             return GpuFacts(sm=None, source="unknown",
                             warning="nvidia-ml-py is not installed: GPU checks skipped")
+    return _ask(nvml, strict=False)
+
+
+def _probe_ctypes() -> GpuFacts | None:
+    """The answer through ctypes when every NVML call succeeds (None: ask pynvml)."""
+    import importlib.util  # noqa: PLC0415
+
+    if importlib.util.find_spec("pynvml") is None:
+        return None  # not installed: said as before, by the caller
+    from sglang_guard.preflight.shell import nvmlctypes  # noqa: PLC0415
+
+    try:
+        return _ask(nvmlctypes.Nvml(nvmlctypes.load()), strict=True)
+    except Exception:  # any failure: pynvml is asked again and words it
+        return None
+
+
+def _ask(nvml: Any, *, strict: bool) -> GpuFacts:
+    """The probe's questions to `nvml`; `strict`: a failure raises instead of warning."""
     try:
         nvml.nvmlInit()
     except Exception as exc:  # any NVML failure means "cannot tell"
+        if strict:
+            raise
         return GpuFacts(sm=None, source="unknown",
                         warning=f"no NVIDIA driver found (NVML: {_nvml_text(exc)}): "
                                 "GPU checks skipped")
@@ -62,6 +90,8 @@ def probe_gpu(nvml: Any = None) -> GpuFacts:
                  f"first visible one (index {index})",) if len(sms) > 1 else ()
         return GpuFacts(sm=int(major) * 10 + int(minor), name=name, source="nvml", notes=notes)
     except Exception as exc:  # NVML raises its own NVMLError family, and more
+        if strict:
+            raise
         return GpuFacts(sm=None, source="unknown",
                         warning=f"NVML query failed ({_nvml_text(exc)}): GPU checks skipped")
     finally:
@@ -73,7 +103,8 @@ def _no_nvml_library() -> GpuFacts | None:
     """What probing says when NVML's library cannot be loaded, found before importing pynvml.
 
     pynvml's import costs a cached `check` ~20 ms, and on a host without the NVIDIA driver
-    its nvmlInit fails anyway: on Linux it dlopens `libnvidia-ml.so.1`, and so does this, first.
+    its nvmlInit fails anyway: on Linux it dlopens `libnvidia-ml.so.1`, and so does this, first
+    (with _ctypes' dlopen, as ctypes.CDLL does, without ctypes' own import).
     The answer is the one the failed nvmlInit gives (None: go on and ask NVML).
     """
     import importlib.util  # noqa: PLC0415
@@ -81,14 +112,15 @@ def _no_nvml_library() -> GpuFacts | None:
 
     if not sys.platform.startswith("linux") or importlib.util.find_spec("pynvml") is None:
         return None  # elsewhere pynvml looks in other places; not installed: said below
-    import ctypes  # noqa: PLC0415
+    import _ctypes  # noqa: PLC0415
 
     try:
-        ctypes.CDLL("libnvidia-ml.so.1")
+        handle = _ctypes.dlopen("libnvidia-ml.so.1", 0)  # ctypes.CDLL's mode (RTLD_NOW added)
     except OSError:
         return GpuFacts(sm=None, source="unknown",
                         warning="no NVIDIA driver found (NVML: NVML Shared Library Not Found): "
                                 "GPU checks skipped")
+    _ctypes.dlclose(handle)
     return None
 
 

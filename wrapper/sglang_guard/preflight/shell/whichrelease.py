@@ -13,9 +13,7 @@ from pathlib import Path
 
 from sglang_guard.errors import GuardError, InputError, SglangMissing
 from sglang_guard.preflight.shell.modelprobe import cache_dir
-from sglang_guard.sglang.msgsearch import NOT_SERVER, normalise
 from sglang_guard.sglang.releases import ReleaseTables, known_releases, load_release
-from sglang_guard.sglang.shell.release import find_release, has_sglang, interpreter_path, tables_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +33,8 @@ class Release:
         """Its installed .py files, normalised for message search (None: no source on disk)."""
         if self.site is None or not (self.site / "sglang").is_dir():
             return None
+        from sglang_guard.sglang.msgsearch import NOT_SERVER, normalise  # noqa: PLC0415
+
         chunks = []
         for path in sorted((self.site / "sglang").rglob("*.py")):
             if path.relative_to(self.site).as_posix().startswith(NOT_SERVER):
@@ -63,6 +63,13 @@ def resolve_release(*, version: str | None, version_source: str, python: str | N
     if version:
         return _load(version, version_source)
     if python:
+        from sglang_guard.sglang.shell.release import (  # noqa: PLC0415 - --python only
+            find_release,
+            has_sglang,
+            interpreter_path,
+            tables_for,
+        )
+
         path = interpreter_path(python)  # a failed probe: InputError with its own stderr
         fact = find_release(path)
         if fact is None and runs_sglang and not has_sglang(path):
