@@ -73,6 +73,7 @@ from sglang_guard.supervise.shell.jobs import Jobs
 from sglang_guard.supervise.shell.journal import Journal as JournalFile
 from sglang_guard.supervise.shell.notify import Notifier
 from sglang_guard.supervise.shell.observer import NO_OBSERVER, Listener, Quiet
+from sglang_guard.supervise.shell.proctree import Stopping
 from sglang_guard.supervise.shell.timers import Timers
 from sglang_guard.supervise.shell.watch import FileWatcher, Kind
 
@@ -127,6 +128,9 @@ class Supervisor:
         self._token = orphans.new_token()
         self._jobs = Jobs(self.events)
         self._launching: tuple[int, int] | None = None  # (gen, job) of a launch waiting its turn
+        # A Stop whose SIGTERM went out before its step's other actions (`_terminate_first`),
+        # for `_stop` to finish: (the action, its child, the stop begun).
+        self._terminated: tuple[Stop, Child, Stopping] | None = None
         self._reloads: list[Reload] = []  # one reload runs at a time; the rest wait here
         self._watchdog_s = _watchdog_period(self.notifier)
         self._next_ping = 0.0
@@ -195,8 +199,10 @@ class Supervisor:
             grace = self.rt.env.restart.stop_grace_s
             for stopper in self._stoppers:  # bounded: a blocked stdout must not hold the exit
                 stopper.join(grace)
+            begun, self._terminated = self._terminated, None
             if self.child is not None:  # also what outlived the main process: leave nothing
-                self.child.stop(grace, timeout=max(grace, 1.0))
+                self.child.stop(grace, timeout=max(grace, 1.0),
+                                begun=begun[2] if begun and begun[1] is self.child else None)
             with contextlib.suppress(OSError):  # an unusable state dir was reported already
                 self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
@@ -252,6 +258,7 @@ class Supervisor:
             self.events.put(SignalReceived(signum))
 
     def _act(self, actions: list[Action]) -> int | None:
+        self._terminate_first(actions)
         for action in actions:
             for listener in self._listeners:
                 listener.saw_action(action, self.state)
@@ -264,6 +271,31 @@ class Supervisor:
                 return action.code
             self._guarded(functools.partial(self._do, action))
         return None
+
+    def _terminate_first(self, actions: list[Action]) -> None:
+        """A step that stops the running child sends its SIGTERM before anything else it does.
+
+        The actions before the Stop (the decision's journal records, fsync'd, that every
+        listener hears; the systemd status) then run while the child's tree goes down, in
+        their order, and `_stop` finishes the stop (the grace, SIGKILL) on its thread. Only
+        when those actions are journal records, notifications and timers: none of them
+        changes the child or a launch waiting for its port, which the Stop reads.
+        """
+        for action in actions:
+            if isinstance(action, Stop):
+                break
+            if not isinstance(action, Journal | Notify | Schedule):
+                return
+        else:
+            return
+        child = self.child
+        if (child is None or child.gen != action.gen
+                or (self._launching is not None and self._launching[0] == action.gen)):
+            return  # `_stop` handles it (nothing running, or a launch still waiting)
+        try:
+            self._terminated = (action, child, child.terminate())
+        except (OSError, psutil.Error) as exc:  # `_stop`'s own stop tries again
+            self.log.warning("child.terminate_failed", gen=action.gen, error=str(exc))
 
     def _guarded(self, work: Callable[[], int | None]) -> int | None:
         """Run one action or one job's hand-over; a give-up it raises is journaled first."""
@@ -412,12 +444,14 @@ class Supervisor:
             self.events.put(ChildExited(action.gen, 0, 0))
             return
         child = self.child
+        begun, self._terminated = self._terminated, None
         if child is None or child.gen != action.gen:
             return
         self.log.info("child.stop", gen=action.gen, reason=action.reason)
+        stopping = begun[2] if begun is not None and begun[0] is action else None
 
         def work() -> None:
-            report = child.stop(self.rt.env.restart.stop_grace_s)
+            report = child.stop(self.rt.env.restart.stop_grace_s, begun=stopping)
             self.log.info("child.stopped", gen=child.gen, terminated=report.terminated,
                           killed=report.killed, seconds=round(report.seconds, 3))
 
