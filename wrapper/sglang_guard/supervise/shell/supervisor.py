@@ -603,8 +603,9 @@ class Supervisor:
         try:
             root = psutil.Process(child.pid)
             procs = [root, *root.children(recursive=True)]
-            # psutil keeps the process objects this walks: the stop's own walk of the machine
-            # (before its SIGTERM, supervise/shell/proctree.stop_tree) then takes ~1 ms, not ~20.
+            # psutil keeps the process objects this walks: the stop's walk of the machine
+            # after its grace (the members forked since its snapshot, proctree.finish_stop)
+            # then takes ~1 ms, not ~20. (The snapshot before the SIGTERM reads /proc itself.)
             proctree.group_members(child.pgid)
         except psutil.Error:
             return
