@@ -12,8 +12,14 @@ import psutil
 import pytest
 
 from sglang_guard.errors import InputError
+from sglang_guard.supervise.shell import proctree
 from sglang_guard.supervise.shell.ports import port_is_free, wait_port_free
-from sglang_guard.supervise.shell.proctree import find_orphans, stop_tree
+from sglang_guard.supervise.shell.proctree import (
+    find_orphans,
+    finish_stop,
+    stop_tree,
+    terminate_tree,
+)
 from support.children import collect, fake_argv, next_line
 from support.procs import free_port, read_pidfile, survivors, wait_gone
 
@@ -49,6 +55,32 @@ def test_stop_tree_kills_a_term_ignoring_tree_with_a_setsid_grandchild(spawn, ev
     assert exited.returncode == -signal.SIGKILL
     with pytest.raises(psutil.NoSuchProcess):  # reaped by the child's own reaper, no zombie
         psutil.Process(child.pid)
+
+
+def test_the_snapshot_read_from_proc_is_psutils_walk(spawn, events, pidfile):
+    """One read of /proc/<pid>/stat per process finds what psutil's walk of the machine
+    finds: the main process, its group, and the grandchild that left group and session."""
+    child, pids = start_tree(spawn, events, pidfile, plain=2, setsid=1)
+    try:
+        fast = proctree._snapshot(child.pid, child.pgid)
+        assert sorted(fast) == sorted(proctree._snapshot_psutil(child.pid, child.pgid))
+        assert sorted(fast) == sorted(pids)
+        assert os.getpid() not in fast
+    finally:
+        child.stop(grace=0.2)
+    collect(events)
+
+
+def test_terminate_tree_signals_at_once_and_finish_stop_does_the_rest():
+    proc = subprocess.Popen(fake_argv(["pause"]), start_new_session=True)
+    try:
+        stopping = terminate_tree(proc.pid, proc.pid)
+        assert proc.wait(10) == -signal.SIGTERM  # gone before anything waits on it
+        report = finish_stop(stopping, grace=10)
+        assert (report.terminated, report.killed, survivors(proc.pid)) == (1, 0, 0)
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 def test_find_orphans_names_what_outlived_a_killed_main(spawn, events, pidfile):
@@ -88,6 +120,8 @@ def test_stop_tree_of_a_finished_tree_does_nothing():
 def test_stop_tree_refuses_the_guards_own_group():
     with pytest.raises(ValueError, match="refusing"):
         stop_tree(None, os.getpgrp(), grace=0)
+    with pytest.raises(ValueError, match="refusing"):
+        terminate_tree(None, 1)
 
 
 # --- ports -----------------------------------------------------------------------------

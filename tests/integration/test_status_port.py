@@ -264,9 +264,14 @@ def test_a_start_the_stage_watcher_finds_stalled_turns_startupz_503(
 
     assert board.address is not None
     address = board.address
+    # The stalled launch outlives its stop's SIGTERM until the test has read the port: the
+    # guard sends it before it journals start.stalled, and the launch's end would then race
+    # the reads below (its exit clears the stage).
+    read = tmp_path / "read"
     launcher = Launcher(tmp_path, [[["print", "stderr", f"{TS} Init parallel begin."],
-                                    ["pause"]]])
-    rt = replace(make_runtime(tmp_path, launcher, stop_grace_s=1.0, max_failures=5),
+                                    ["ignore_term"], ["wait_file", str(read)], ["exit", 0]],
+                                   [["pause"]]])
+    rt = replace(make_runtime(tmp_path, launcher, stop_grace_s=30.0, max_failures=5),
                  observer=board)
     rt.env = replace(rt.env, start=StartSection(init_s=30.0, dist_init_s=1.0,
                                                 on_stall="restart"))
@@ -277,6 +282,7 @@ def test_a_start_the_stage_watcher_finds_stalled_turns_startupz_503(
         wait_for(lambda: count(tmp_path / "state", "start.stalled") >= 1, what="a stall")
         seen["startupz"] = get(address, "/startupz")[0]
         seen["status"] = json.loads(get(address, "/status")[1])
+        read.touch()
         sup.events.put(SignalReceived(signal.SIGTERM))
 
     assert supervise(rt, base_argv(free_port()), during) == EXIT_OK

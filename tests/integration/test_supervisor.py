@@ -10,15 +10,24 @@ import hashlib
 import io
 import os
 import random
+import select
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
+
+from sglang_guard.common.outcomes import JournalEvent, LogFix
 from sglang_guard.config.guardconfig import HealthSection
 from sglang_guard.errors import EXIT_GIVE_UP, EXIT_OK
 from sglang_guard.sglang.argv import parse_command_line
 from sglang_guard.supervise import machine
+from sglang_guard.supervise.events import ChildOutput
+from sglang_guard.supervise.shell import supervisor
 from sglang_guard.supervise.shell.journal import Journal
+from sglang_guard.supervise.shell.observer import Quiet
 from sglang_guard.supervise.shell.supervisor import Supervisor, run_supervisor
 from support.children import HashSink
 from support.harness import (
@@ -190,3 +199,79 @@ def test_journal_failure_is_reported_once_and_the_loop_goes_on(tmp_path: Path) -
     assert code == EXIT_GIVE_UP
     assert out.getvalue() == b"hello\n"
     assert journal.error is not None
+
+
+class _ChildGoneWhenJournaled(Quiet):
+    """A listener that, hearing the `remediated` record, waits for the child's end."""
+
+    def __init__(self) -> None:
+        self.sup: Supervisor | None = None
+        self.gone: list[bool] = []
+
+    def record(self, event: JournalEvent) -> None:
+        if isinstance(event, LogFix) and self.sup is not None and self.sup.child is not None:
+            fd = os.pidfd_open(self.sup.child.pid)
+            try:
+                poller = select.poll()
+                poller.register(fd, select.POLLIN)
+                self.gone.append(bool(poller.poll(20_000)))  # bounded: the test's failure
+            finally:
+                os.close(fd)
+
+
+def test_the_sigterm_of_a_fix_goes_out_before_its_step_journals(
+        tmp_path: Path, server: HealthServer) -> None:
+    """The decision's records (fsync'd, heard by every listener) come after the SIGTERM: a
+    child that ends on SIGTERM is gone while its remediation is being journaled, and the
+    journal still holds the records in their order."""
+    launcher = Launcher(tmp_path, [
+        [["print", "stderr", FA3_LINE], ["pause"]],  # SIGTERM left at its default: its end
+        ready_then_wait(),
+    ])
+    listener = _ChildGoneWhenJournaled()
+    rt = replace(make_runtime(tmp_path, launcher), observer=listener)
+
+    def during(sup: Supervisor) -> None:
+        listener.sup = sup
+        terminate_when(tmp_path / "state", "ready")(sup)
+
+    assert supervise(rt, base_argv(server.port, "--attention-backend", "fa3"), during) == EXIT_OK
+    assert listener.gone == [True]
+    events = [r["event"] for r in journal_events(tmp_path / "state")]
+    assert events.index("remediated") < events.index("child.exit") < events.index("ready")
+    exit_1 = next(r for r in journal_events(tmp_path / "state") if r["event"] == "child.exit")
+    assert exit_1["returncode"] == -signal.SIGTERM
+    assert "fa3" not in launcher.argvs()[1]
+
+
+def test_a_flood_wakes_the_loop_once_per_stream_per_period_with_the_newest_tail(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Progress evidence while starting: a chunk after a quiet spell is an event at once;
+    the chunks after it within OUTPUT_EVERY_S wait, and the loop puts the newest when due."""
+    clock = [100.0]
+    monkeypatch.setattr(supervisor, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    rt = make_runtime(tmp_path, Launcher(tmp_path, [[["exit", 0]]]))
+    sup = Supervisor(rt, parse_command_line(tuple(base_argv(free_port())), rt.env.options), None)
+    try:
+        sup.state = replace(sup.state, phase="starting", gen=1)
+        on_chunk = sup._chunk_watcher(1)
+        for i in range(1000):
+            on_chunk("stdout", f"line {i}\n".encode())
+        on_chunk("stderr", b"err 0\n")
+        first = [sup.events.get_nowait(), sup.events.get_nowait()]
+        assert sup.events.empty()
+        assert [sup._output(e).tail for e in first if isinstance(e, ChildOutput)] == [
+            "line 999", "err 0"]
+
+        on_chunk("stdout", b"line 1000\n")
+        on_chunk("stdout", b"line 1001\n")
+        assert sup.events.empty()  # within the period: held back
+        assert sup._next_event() is None  # not due yet (it waits the rest of the period)
+        clock[0] += supervisor.OUTPUT_EVERY_S
+        held = sup._next_event()
+        assert isinstance(held, ChildOutput)
+        assert sup._output(held).tail == "line 1001"
+        assert sup._next_event() is None  # nothing else was held
+    finally:
+        sup._timers.close()
+        sup._jobs.close()

@@ -50,7 +50,12 @@ from sglang_guard.errors import InputError
 from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
 from sglang_guard.rules.logline import LINE_CAP
 from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
-from sglang_guard.supervise.shell.proctree import StopReport, stop_tree
+from sglang_guard.supervise.shell.proctree import (
+    Stopping,
+    StopReport,
+    finish_stop,
+    terminate_tree,
+)
 
 # Bytes per read. Smaller reads than the pipe keep each chunk's buffer warm in the cache and
 # the scanner close behind; the pipe is widened (where Linux lets us) so that the child
@@ -290,10 +295,16 @@ class Child:
             pump.writer.join(timeout)
         return not self._reaper.is_alive() and not any(p.writer.is_alive() for p in self._pumps)
 
-    def stop(self, grace: float, timeout: float = 30.0) -> StopReport:
-        """Stop the whole tree (SIGTERM, `grace` seconds, SIGKILL), then `join(timeout)`."""
+    def terminate(self) -> Stopping:
+        """SIGTERM the whole tree now; `stop(grace, begun=...)` does the rest."""
         # Once reaped, the pid number may belong to someone else; the group id stays ours
         # while any member lives (the kernel does not reuse a pid that names a group).
-        report = stop_tree(self.pid if self.poll() is None else None, self.pgid, grace)
+        return terminate_tree(self.pid if self.poll() is None else None, self.pgid)
+
+    def stop(self, grace: float, timeout: float = 30.0, begun: Stopping | None = None
+             ) -> StopReport:
+        """Stop the whole tree (SIGTERM, `grace` seconds, SIGKILL), then `join(timeout)`;
+        `begun`: the SIGTERM already went out (`terminate`)."""
+        report = finish_stop(begun if begun is not None else self.terminate(), grace)
         self.join(timeout)
         return report

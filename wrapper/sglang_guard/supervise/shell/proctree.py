@@ -7,6 +7,12 @@ Exits are awaited through pidfds (`pidfd_open`, Linux 5.3+), not `psutil.wait_pr
 `wait_procs` calls `waitpid` on our own child and so reaps it, stealing the exit status
 from the `Popen` that owns it (its `wait` then reports 0). A pidfd becomes readable when the
 process exits, zombie or not, and reaps nothing. Without pidfds we poll, every 20 ms.
+
+A stop comes in two halves: `terminate_tree` (the snapshot, then SIGTERM: the supervision loop
+calls it at once, before it journals the decision) and `finish_stop` (the grace, SIGKILL, the
+wait: a stopper thread's). The snapshot reads each process's /proc/<pid>/stat once (parent,
+group, session), not psutil's walk of the machine (one process object and three lookups per
+process, and a second walk for the descendants: ~18 against ~4 us a process here).
 """
 
 from __future__ import annotations
@@ -94,8 +100,70 @@ def _group(pgid: int) -> list[psutil.Process]:
     return found
 
 
+def _stat_table() -> dict[int, tuple[bool, int, int, int]] | None:
+    """Every process: (zombie, parent, group, session) from /proc/<pid>/stat; None: no /proc."""
+    try:
+        names = os.listdir("/proc")  # noqa: PTH208 - names only: no Path object per process
+    except OSError:
+        return None
+    table: dict[int, tuple[bool, int, int, int]] = {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:  # gone meanwhile
+            continue
+        try:
+            data = os.read(fd, 512)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
+        fields = data[data.rfind(b")") + 2:].split(None, 4)
+        if len(fields) < 4:
+            continue
+        table[int(name)] = (fields[0] == b"Z", int(fields[1]), int(fields[2]), int(fields[3]))
+    return table
+
+
 def _snapshot(pid: int | None, pgid: int) -> dict[int, psutil.Process]:
     """The main process, its descendants, the group, the session, and their descendants."""
+    table = _stat_table()
+    if table is None:
+        return _snapshot_psutil(pid, pgid)
+    me = os.getpid()
+    roots = [p for p, (zombie, _, group, session) in table.items()
+             if not zombie and p != me and pgid in (group, session)]
+    if pid is not None and pid in table:
+        roots.append(pid)
+    kids: dict[int, list[int]] = {}
+    for p, (_, parent, _, _) in table.items():
+        kids.setdefault(parent, []).append(p)
+    # Descendants that called setsid left the group but are still children of a member;
+    # once their parent dies they are reparented and only this snapshot remembers them.
+    found: list[int] = []
+    seen: set[int] = set()
+    todo = list(roots)
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        found.append(p)
+        todo.extend(kids.get(p, ()))
+    procs: dict[int, psutil.Process] = {}
+    for p in found:
+        if p == me:
+            continue
+        with contextlib.suppress(psutil.NoSuchProcess):
+            procs[p] = psutil.Process(p)
+    return procs
+
+
+def _snapshot_psutil(pid: int | None, pgid: int) -> dict[int, psutil.Process]:
+    """`_snapshot` where there is no /proc to read: psutil's walk."""
     roots = _group(pgid)
     if pid is not None:
         with contextlib.suppress(psutil.NoSuchProcess):
@@ -153,11 +221,21 @@ def _killpg(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def stop_tree(pid: int | None, pgid: int, grace: float) -> StopReport:
-    """SIGTERM the tree of `pid` and the group/session `pgid`, SIGKILL what outlives `grace`.
+@dataclass(slots=True)
+class Stopping:
+    """A tree `terminate_tree` sent SIGTERM to; `finish_stop` waits for it and SIGKILLs."""
 
-    `pid` is None when the main process was already reaped (its number may be reused).
-    Blocks until nothing of the tree remains or KILL_WAIT passed after the SIGKILL.
+    pgid: int
+    handles: list[_Handle]
+    started: float
+
+
+def terminate_tree(pid: int | None, pgid: int) -> Stopping:
+    """Snapshot the tree of `pid` and the group/session `pgid`, then SIGTERM all of it.
+
+    `pid` is None when the main process was already reaped (its number may be reused). The
+    snapshot comes first: a member that left the group (setsid) is found through its parent,
+    which the SIGTERM may end. Pass the result to `finish_stop`, which closes its pidfds.
     """
     if pgid <= 1 or pgid == os.getpgrp():
         raise ValueError(f"refusing to signal process group {pgid}")  # a bug in the caller
@@ -167,6 +245,18 @@ def stop_tree(pid: int | None, pgid: int, grace: float) -> StopReport:
         _killpg(pgid, signal.SIGTERM)
         for handle in handles:  # members outside the group (setsid) get their chance too
             handle.send(signal.SIGTERM)
+    except BaseException:
+        for handle in handles:
+            handle.close()
+        raise
+    return Stopping(pgid, handles, started)
+
+
+def finish_stop(stopping: Stopping, grace: float) -> StopReport:
+    """After `terminate_tree`: wait up to `grace`, SIGKILL what survives (and what the group
+    forked since), wait up to KILL_WAIT for it to go."""
+    pgid, handles = stopping.pgid, stopping.handles
+    try:
         survivors = _wait(handles, grace)
         terminated = len(handles) - len(survivors)
         # Processes forked after the snapshot are in the group; killpg reaches them.
@@ -180,11 +270,20 @@ def stop_tree(pid: int | None, pgid: int, grace: float) -> StopReport:
         return StopReport(
             terminated=terminated,
             killed=len(survivors) + len(late),
-            seconds=time.monotonic() - started,
+            seconds=time.monotonic() - stopping.started,
         )
     finally:
         for handle in handles:
             handle.close()
+
+
+def stop_tree(pid: int | None, pgid: int, grace: float) -> StopReport:
+    """SIGTERM the tree of `pid` and the group/session `pgid`, SIGKILL what outlives `grace`.
+
+    `pid` is None when the main process was already reaped (its number may be reused).
+    Blocks until nothing of the tree remains or KILL_WAIT passed after the SIGKILL.
+    """
+    return finish_stop(terminate_tree(pid, pgid), grace)
 
 
 def find_orphans(pgid: int) -> list[int]:

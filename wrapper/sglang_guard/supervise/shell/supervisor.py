@@ -73,6 +73,7 @@ from sglang_guard.supervise.shell.jobs import Jobs
 from sglang_guard.supervise.shell.journal import Journal as JournalFile
 from sglang_guard.supervise.shell.notify import Notifier
 from sglang_guard.supervise.shell.observer import NO_OBSERVER, Listener, Quiet
+from sglang_guard.supervise.shell.proctree import Stopping
 from sglang_guard.supervise.shell.timers import Timers
 from sglang_guard.supervise.shell.watch import FileWatcher, Kind
 
@@ -127,14 +128,20 @@ class Supervisor:
         self._token = orphans.new_token()
         self._jobs = Jobs(self.events)
         self._launching: tuple[int, int] | None = None  # (gen, job) of a launch waiting its turn
+        # A Stop whose SIGTERM went out before its step's other actions (`_terminate_first`),
+        # for `_stop` to finish: (the action, its child, the stop begun).
+        self._terminated: tuple[Stop, Child, Stopping] | None = None
         self._reloads: list[Reload] = []  # one reload runs at a time; the rest wait here
         self._watchdog_s = _watchdog_period(self.notifier)
         self._next_ping = 0.0
         self._begun = False  # the first launch was asked for (the orphans are gone)
         self._early: list[Event] = []  # what came before it, for after it
-        # The newest chunk tail (and whether any chunk redrew a bar) per (gen, stream) whose
-        # ChildOutput is on the queue (`_chunk_watcher`).
+        # The newest chunk tail (and whether any chunk redrew a bar) per (gen, stream) that
+        # the loop has not taken yet; the streams whose ChildOutput is on the queue; when
+        # each stream's last one was put (`_chunk_watcher`).
         self._outputs: dict[tuple[int, Stream], tuple[bytes, bool]] = {}
+        self._outputs_queued: set[tuple[int, Stream]] = set()
+        self._outputs_put: dict[tuple[int, Stream], float] = {}
         self._outputs_lock = threading.Lock()
         # Who hears the loop: the group link first (a leader's workers hear how it ended
         # before anything else closes), the status board, then the journal writer.
@@ -195,8 +202,10 @@ class Supervisor:
             grace = self.rt.env.restart.stop_grace_s
             for stopper in self._stoppers:  # bounded: a blocked stdout must not hold the exit
                 stopper.join(grace)
+            begun, self._terminated = self._terminated, None
             if self.child is not None:  # also what outlived the main process: leave nothing
-                self.child.stop(grace, timeout=max(grace, 1.0))
+                self.child.stop(grace, timeout=max(grace, 1.0),
+                                begun=begun[2] if begun and begun[1] is self.child else None)
             with contextlib.suppress(OSError):  # an unusable state dir was reported already
                 self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
@@ -233,6 +242,9 @@ class Supervisor:
         """
         now = time.monotonic()
         wait = SIGNAL_POLL_S
+        due = self._held_outputs(now)
+        if due is not None:
+            wait = min(wait, max(0.0, due - now))
         if self._watchdog_s is not None:
             if now >= self._next_ping:
                 if self.state.phase != "ready" or not self.rt.env.health.enabled:
@@ -252,6 +264,7 @@ class Supervisor:
             self.events.put(SignalReceived(signum))
 
     def _act(self, actions: list[Action]) -> int | None:
+        self._terminate_first(actions)
         for action in actions:
             for listener in self._listeners:
                 listener.saw_action(action, self.state)
@@ -264,6 +277,31 @@ class Supervisor:
                 return action.code
             self._guarded(functools.partial(self._do, action))
         return None
+
+    def _terminate_first(self, actions: list[Action]) -> None:
+        """A step that stops the running child sends its SIGTERM before anything else it does.
+
+        The actions before the Stop (the decision's journal records, fsync'd, that every
+        listener hears; the systemd status) then run while the child's tree goes down, in
+        their order, and `_stop` finishes the stop (the grace, SIGKILL) on its thread. Only
+        when those actions are journal records, notifications and timers: none of them
+        changes the child or a launch waiting for its port, which the Stop reads.
+        """
+        for action in actions:
+            if isinstance(action, Stop):
+                break
+            if not isinstance(action, Journal | Notify | Schedule):
+                return
+        else:
+            return
+        child = self.child
+        if (child is None or child.gen != action.gen
+                or (self._launching is not None and self._launching[0] == action.gen)):
+            return  # `_stop` handles it (nothing running, or a launch still waiting)
+        try:
+            self._terminated = (action, child, child.terminate())
+        except (OSError, psutil.Error) as exc:  # `_stop`'s own stop tries again
+            self.log.warning("child.terminate_failed", gen=action.gen, error=str(exc))
 
     def _guarded(self, work: Callable[[], int | None]) -> int | None:
         """Run one action or one job's hand-over; a give-up it raises is journaled first."""
@@ -332,28 +370,57 @@ class Supervisor:
         """Reader threads call this per chunk: while starting, progress evidence for the machine.
 
         Coalesced: one `ChildOutput` per stream waits on the queue at a time, and the loop
-        takes the newest tail when it gets there (`_output`). A flood then puts a handful of
-        events, not one per chunk, and a fatal line never queues behind a backlog of them.
+        takes the newest tail when it gets there (`_output`); and one is put per stream per
+        OUTPUT_EVERY_S at most (what comes sooner waits in `_outputs`, and the loop puts it
+        when it is due: `_held_outputs`). A flood then wakes the loop a few times a second,
+        not per chunk (measured: ~760 steps a second in the bench's flood, each taking the
+        GIL and a CPU from the readers and from a fatal line's own step), and a fatal line
+        never queues behind a backlog of them. The stall watch's limits are seconds.
         """
 
         def on_chunk(stream: Stream, chunk: bytes) -> None:
             state = self.state  # a stale read is harmless: the machine checks gen and phase
             if state.phase != "starting" or state.gen != gen:
                 return
-            tail, bar = chunk[-TAIL_BYTES:], b"\r" in chunk
+            tail, bar, key = chunk[-TAIL_BYTES:], b"\r" in chunk, (gen, stream)
+            now = time.monotonic()
             with self._outputs_lock:
-                waiting = self._outputs.get((gen, stream))
-                self._outputs[(gen, stream)] = (tail, bar or (waiting is not None
-                                                              and waiting[1]))
-            if waiting is None:
+                waiting = self._outputs.get(key)
+                self._outputs[key] = (tail, bar or (waiting is not None and waiting[1]))
+                put = (key not in self._outputs_queued
+                       and now - self._outputs_put.get(key, -OUTPUT_EVERY_S) >= OUTPUT_EVERY_S)
+                if put:
+                    self._outputs_queued.add(key)
+                    self._outputs_put[key] = now
+            if put:
                 self.events.put(ChildOutput(gen, stream, "", bar))
 
         return on_chunk
 
+    def _held_outputs(self, now: float) -> float | None:
+        """Put the held-back outputs that are due (`_chunk_watcher`); when the next one is."""
+        due: list[float] = []
+        with self._outputs_lock:
+            for key, (_, bar) in self._outputs.items():
+                if key in self._outputs_queued:
+                    continue
+                at = self._outputs_put.get(key, -OUTPUT_EVERY_S) + OUTPUT_EVERY_S
+                if at > now:
+                    due.append(at)
+                    continue
+                self._outputs_queued.add(key)
+                self._outputs_put[key] = now
+                self.events.put(ChildOutput(key[0], key[1], "", bar))
+        return min(due, default=None)
+
     def _output(self, event: ChildOutput) -> ChildOutput:
         """The newest output of that stream since the event was put (see `_chunk_watcher`)."""
+        key = (event.gen, event.stream)
         with self._outputs_lock:
-            newest = self._outputs.pop((event.gen, event.stream), None)
+            newest = self._outputs.pop(key, None)
+            self._outputs_queued.discard(key)
+            for old in [k for k in self._outputs_put if k[0] < event.gen]:
+                del self._outputs_put[old]  # an older launch's: it puts no more
         if newest is None:
             return event
         return ChildOutput(event.gen, event.stream, _tail(newest[0]), newest[1])
@@ -417,12 +484,14 @@ class Supervisor:
             self.events.put(ChildExited(action.gen, 0, 0))
             return
         child = self.child
+        begun, self._terminated = self._terminated, None
         if child is None or child.gen != action.gen:
             return
         self.log.info("child.stop", gen=action.gen, reason=action.reason)
+        stopping = begun[2] if begun is not None and begun[0] is action else None
 
         def work() -> None:
-            report = child.stop(self.rt.env.restart.stop_grace_s)
+            report = child.stop(self.rt.env.restart.stop_grace_s, begun=stopping)
             self.log.info("child.stopped", gen=child.gen, terminated=report.terminated,
                           killed=report.killed, seconds=round(report.seconds, 3))
 
@@ -539,8 +608,9 @@ class Supervisor:
         try:
             root = psutil.Process(child.pid)
             procs = [root, *root.children(recursive=True)]
-            # psutil keeps the process objects this walks: the stop's own walk of the machine
-            # (before its SIGTERM, supervise/shell/proctree.stop_tree) then takes ~1 ms, not ~20.
+            # psutil keeps the process objects this walks: the stop's walk of the machine
+            # after its grace (the members forked since its snapshot, proctree.finish_stop)
+            # then takes ~1 ms, not ~20. (The snapshot before the SIGTERM reads /proc itself.)
             proctree.group_members(child.pgid)
         except psutil.Error:
             return
@@ -560,6 +630,7 @@ class _Recorder(Quiet):
 
 
 TAIL_BYTES = 512
+OUTPUT_EVERY_S = 0.05  # at most one ChildOutput per stream this often (`_chunk_watcher`)
 
 
 def _watchdog_period(notifier: Notifier) -> float | None:
