@@ -238,18 +238,3 @@ def test_past_the_start_only_running_phase_rules_are_scanned_for() -> None:
         text = clean(line, 65536)
         if any(in_phase(r, "running") and r.fatal for r in MATCHER.candidates(text)):
             assert MATCHER.scan_running(text.encode() + b"\n").rule, line[:200]
-
-
-def test_prepare_scan_warms_the_exact_sets_without_changing_a_decision() -> None:
-    """`prepare_scan` runs the exact sets over the rules' texts (RE2's lazy DFA, built then
-    and not on the first fatal line): what they find on every stored line stays the same."""
-    cold, warm = Matcher(load_default_packs()), Matcher(load_default_packs())
-    warm.prepare_scan()
-    lines = [line.decode("utf-8", "replace") for line in _stored_lines()]
-    for ends in (True, False, None):
-        found = [warm.candidates(t, ends) for t in lines]
-        assert found == [cold.candidates(t, ends) for t in lines]
-        assert any(found)
-    empty = Matcher([])
-    empty.prepare_scan()  # no rules: nothing to warm, and no error
-    assert empty.candidates("ValueError: FlashAttention v3 Backend requires SM>=80") == ()

@@ -146,21 +146,7 @@ class Matcher:
         for scan in (self._lines, self._lines_running):
             scan.line_ends(b"\n")
         tracebacks.prepare(LINE_CAP)
-        self._warm_sets()
         return self._lines.engine, self._lines.why
-
-    def _warm_sets(self) -> None:
-        """Run the exact sets over the rules' own texts once (~50 ms for the default pack).
-
-        RE2 builds its DFA lazily, state by state, as text first leads there: without this
-        the first fatal line of a kind paid for its states on the reaction path (1-5 ms per
-        set, measured for the default pack's fa3 and cutlass_mla lines; 0.1-0.3 after).
-        """
-        if not self.rules:
-            return
-        text = "\n".join(rule.pattern.replace("\\", "") for rule in self.rules)
-        for found in (self._free, self._start, *([self._notes] if self._note_ids else [])):
-            found.Match(text)
 
     def line_scan(self, block: bytes, starting: bool) -> tuple[list[int], list[int], str | None]:
         """The lines of `block` the reader must read, by the offset just past each one's
