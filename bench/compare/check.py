@@ -8,6 +8,7 @@ an installed guard has its .pyc files, whatever PYTHONDONTWRITEBYTECODE says her
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import statistics
@@ -30,6 +31,24 @@ def _timed(cmd: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
+def _must_work(check: list[str], auto: list[str], env: dict[str, str]) -> None:
+    """Time only what works: `check` must give its decision (JSON with a final command line)
+    and AutoConfig must load the config; an error exit is fast and would read as a figure
+    (transformers missing, say: the H200 bench's venv has none)."""
+    done = subprocess.run([*check[:4], "--json", *check[4:]], env=env, capture_output=True,
+                          text=True, check=False)
+    try:
+        decision = json.loads(done.stdout)
+    except ValueError:
+        decision = None
+    if not isinstance(decision, dict) or "argv_out" not in decision:
+        raise RuntimeError(f"check gives no decision here (exit {done.returncode}): "
+                           f"{done.stderr.strip()[-300:]}")
+    loaded = subprocess.run(auto, env=env, capture_output=True, text=True, check=False)
+    if loaded.returncode != 0:
+        raise RuntimeError(f"AutoConfig does not load here: {loaded.stderr.strip()[-300:]}")
+
+
 def measure(tmp: Path, runs: int) -> list[Figure]:
     """Cold and cached check against the two peer processes."""
     cache = tmp / "check-cache"
@@ -42,6 +61,7 @@ def measure(tmp: Path, runs: int) -> list[Figure]:
                       f"AutoConfig.from_pretrained({str(MODEL)!r})"]
     for cmd in (check, auto):  # bytecode written, files in the page cache
         _timed(cmd, env)
+    _must_work(check, auto, env)
     got: dict[str, list[float]] = {k: [] for k in ("cold", "cached", "floor", "auto")}
     for run in range(runs):
         shutil.rmtree(cache, ignore_errors=True)
