@@ -15,7 +15,7 @@ from sglang_guard.config.guardconfig import GuardConfig, HealthSection, RestartS
 from sglang_guard.rules import tracebacks as tb
 from sglang_guard.rules.blockscan import BlockScan
 from sglang_guard.rules.fixes import Scale
-from sglang_guard.rules.linereader import Hits, LineReader
+from sglang_guard.rules.linereader import LineReader
 from sglang_guard.rules.logline import LINE_CAP, clean
 from sglang_guard.rules.rules import MatchContext, Matcher, load_default_packs, plan_fix
 from sglang_guard.rules.shell.explain import explain_fix, explain_lines
@@ -133,7 +133,7 @@ def _as_read(lines: list[str], gen: int) -> tuple[list[ChildLine], str | None]:
     """What the live reader hands the machine for this output (rules/linereader.py with the
     default pack's scan and exact filter, as the supervisor reads): the lines a rule reads,
     and the last exception line, which the exit event carries."""
-    reader = LineReader(LINE_CAP, lambda block: Hits(*MATCHER.line_scan(block, True)[:2]),
+    reader = LineReader(LINE_CAP, lambda block: MATCHER.line_scan(block, True),
                         lambda ln: bool(MATCHER.candidates(ln.text, ln.ends)))
     data = "".join(f"{text}\n" for text in lines).encode()
     got = reader.feed(data) + reader.close()

@@ -78,11 +78,18 @@ class LineReader:
         self._head = bytearray()  # the first `cap` bytes of the unfinished line
         self._length = 0  # its full length so far
 
+    def scan(self, chunk: bytes) -> Hits | None:
+        """`find(chunk)`, which `feed(chunk, hits)` then reads: any thread may scan (the
+        child's reader thread scans each chunk before this reader's thread gets it:
+        supervise/shell/child.py). None: nothing to scan (no `find`, or no line ends here)."""
+        if self._find is None or b"\n" not in chunk:
+            return None
+        return self._find(chunk)
+
     def feed(self, chunk: bytes, hits: Hits | None = None) -> list[Line]:
         """The lines `chunk` completes that are returned (see the module's docstring).
 
-        `hits`: `find(chunk)`, when the caller scanned it already (the child's reader thread
-        scans each chunk before this reader gets it: supervise/shell/child.py)."""
+        `hits`: `scan(chunk)`, when the caller scanned it already (None: scanned here)."""
         out: list[Line] = []
         last = chunk.rfind(b"\n")
         if last < 0:

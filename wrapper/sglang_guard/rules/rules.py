@@ -26,6 +26,7 @@ from sglang_guard.errors import ConfigError
 from sglang_guard.rules import tracebacks
 from sglang_guard.rules.blockscan import BlockScan, unanchored
 from sglang_guard.rules.fixes import FIX_KINDS, Fix, MatchContext
+from sglang_guard.rules.linereader import Hits
 from sglang_guard.rules.logline import LINE_CAP, error_text
 from sglang_guard.rules.rulepack import (
     RE2_OPTIONS,
@@ -148,7 +149,7 @@ class Matcher:
         tracebacks.prepare(LINE_CAP)
         return self._lines.engine, self._lines.why
 
-    def line_scan(self, block: bytes, starting: bool) -> tuple[list[int], list[int], str | None]:
+    def line_scan(self, block: bytes, starting: bool) -> Hits:
         """The lines of `block` the reader must read, by the offset just past each one's
         newline (unsorted, perhaps repeated; a superset): those a rule's pattern (or, while
         starting, the ready line's) might match in, and those that hold a traceback's header
@@ -158,15 +159,15 @@ class Matcher:
         if not starting:
             header = self._lines_running.size - 1  # the header: the last pattern (_ALWAYS)
             found = self._lines_running.line_ends(block)
-            return ([end for i, end in found if i != header],
-                    [end for i, end in found if i == header], None)
+            return Hits([end for i, end in found if i != header],
+                        [end for i, end in found if i == header])
         found = self._lines.line_ends(block)
         first, stop = self._markers
         header = self._lines.size - 1  # the markers, the ready line, then the header
         markers = [i - first for i, _ in found if first <= i < stop]
-        return ([end for i, end in found if not first <= i < stop and i != header],
-                [end for i, end in found if i == header],
-                last_stage(block, markers) if markers else None)
+        return Hits([end for i, end in found if not first <= i < stop and i != header],
+                    [end for i, end in found if i == header],
+                    last_stage(block, markers) if markers else None)
 
     def scan(self, block: bytes) -> BlockHits:
         """What the scan while starting finds in `block` (lines left unread, a superset):

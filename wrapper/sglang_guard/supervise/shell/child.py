@@ -2,8 +2,8 @@
 
 Threads per launch (all daemons, all only *put* events):
 - one reader per pipe: reads bytes (READ_CHUNK at a time), hands each chunk to its writer,
-  scans it (`find`: Hyperscan, which runs without the GIL, so this scan overlaps the
-  scanner's Python work on the chunks before it) and hands chunk and hits to its scanner;
+  scans it (LineReader.scan: Hyperscan, which runs without the GIL, so this scan overlaps
+  the scanner's Python work on the chunks before it) and hands chunk and hits to its scanner;
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink;
 - one scanner per pipe: the chunks' lines (rules/linereader.py: with a scan, only the lines
   a hit ends in are read), at most SCAN_BEHIND chunks behind the reader, which waits for it
@@ -110,7 +110,6 @@ class _Pump:
         on_stage: Callable[[str], None] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
-        self._find = find
         self._on_chunk = on_chunk
         self._budget = budget
         # Where the stream is in a Python traceback starts "unknown" (rules/tracebacks.py):
@@ -144,9 +143,7 @@ class _Pump:
                 self._chunks.put(chunk)
                 if self._on_chunk is not None:
                     self._on_chunk(self._stream, chunk)
-                hits = (self._find(chunk) if self._find is not None and b"\n" in chunk
-                        else None)
-                self._scans.put((chunk, hits))
+                self._scans.put((chunk, self.lines.scan(chunk)))
         finally:
             self._chunks.put(None)
             self._scans.put(None)

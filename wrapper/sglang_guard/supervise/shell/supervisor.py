@@ -346,7 +346,7 @@ class Supervisor:
             # Past the start only running-phase rules act (supervise/machine.py reads lines only
             # while starting or ready); a chunk read just before the switch gets the full
             # scan, a superset. A stale read is harmless either way.
-            return Hits(*self.rt.env.matcher.line_scan(block, self.state.phase == "starting"))
+            return self.rt.env.matcher.line_scan(block, self.state.phase == "starting")
 
         return find
 
