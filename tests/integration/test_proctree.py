@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 
 import psutil
@@ -69,6 +71,88 @@ def test_the_snapshot_read_from_proc_is_psutils_walk(spawn, events, pidfile):
     finally:
         child.stop(grace=0.2)
     collect(events)
+
+
+def test_the_walk_by_children_lists_finds_the_tree_the_table_finds(spawn, events, pidfile):
+    """The children lists read before the SIGTERM find the main process and every
+    descendant, the setsid grandchild too: what the whole table finds for this tree."""
+    child, pids = start_tree(spawn, events, pidfile, plain=2, setsid=1)
+    try:
+        walked = proctree._descendants(child.pid)
+        assert walked is not None
+        assert sorted(p.pid for p in walked) == sorted(pids)
+        assert sorted(p.pid for p in walked) == sorted(proctree._snapshot(child.pid, child.pgid))
+    finally:
+        child.stop(grace=0.2)
+    collect(events)
+
+
+@pytest.mark.parametrize("lists", [True, False], ids=["children-lists", "table-only"])
+def test_a_setsid_grandchild_outlives_its_parents_sigterm_and_is_still_stopped(
+        spawn, events, pidfile, monkeypatch, lists):
+    """The main process dies at SIGTERM (its default action), so its setsid grandchild,
+    outside the group and ignoring SIGTERM, is an orphan at once: it was found before the
+    SIGTERM went out, and the stop SIGKILLs it. Without children lists (monkeypatched off)
+    the table read first does the same."""
+    if not lists:
+        monkeypatch.setattr(proctree, "_children", lambda _pid: None)
+    child = spawn(["spawn", 1, True], ["pidfile", str(pidfile)], ["print", "stdout", "ready"],
+                  ["pause"])
+    for _ in range(2):
+        next_line(events, lambda line: line.text == "ready" or line.text.startswith("gc-ready"))
+    info = read_pidfile(pidfile)
+    pids = [info["pid"], *info["children"]]
+    assert os.getsid(pids[1]) == pids[1]
+
+    stopping = terminate_tree(child.pid, child.pgid)
+    assert sorted(h.proc.pid for h in stopping.handles) == sorted(pids)
+    report = finish_stop(stopping, grace=0.3)
+
+    assert (report.terminated, report.killed, survivors(child.pgid, pids)) == (1, 1, 0)
+    assert wait_gone(pids, timeout=0) == []
+    collect(events)
+
+
+_ORPHAN_IN_SESSION = """
+import os, signal, sys, time
+r, w = os.pipe()
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.setpgid(0, 0)
+        os.write(w, b"%d\\n" % os.getpid())
+        time.sleep(60)
+        os._exit(0)
+    os._exit(0)
+os.wait()
+print(os.read(r, 64).decode().strip(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_session_member_the_walk_cannot_reach_is_stopped_from_the_table():
+    """A grandchild in its own group but the child's session, whose parent already exited:
+    reparented, it is no descendant of the child and no member of its group, so neither the
+    walk nor killpg reach it; `finish_stop` reads the whole table before its grace and finds
+    it by its session: it gets its SIGTERM (and ends on it), not only the SIGKILL after the
+    grace that the group's last sweep gives."""
+    proc = subprocess.Popen([sys.executable, "-c", _ORPHAN_IN_SESSION], start_new_session=True,
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    orphan = int(proc.stdout.readline())
+    try:
+        assert (os.getsid(orphan), os.getpgid(orphan)) == (proc.pid, orphan)
+        assert psutil.Process(orphan).ppid() != proc.pid
+        stopping = terminate_tree(proc.pid, proc.pid)
+        assert [h.proc.pid for h in stopping.handles] == [proc.pid]  # the walk's find
+        report = finish_stop(stopping, grace=10)
+        assert (report.terminated, report.killed) == (2, 0)
+        assert report.seconds < 5
+        assert wait_gone([orphan], timeout=5) == []
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)
+        proc.kill()
+        proc.wait(10)
 
 
 def test_terminate_tree_signals_at_once_and_finish_stop_does_the_rest():
