@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 import threading
 from pathlib import Path
 
@@ -12,7 +14,7 @@ from sglang_guard.rules import blockscan
 from sglang_guard.rules.blockscan import BlockScan, unanchored, widen
 from sglang_guard.rules.linereader import LineReader
 from sglang_guard.rules.logline import clean
-from sglang_guard.rules.rules import Matcher, load_default_packs
+from sglang_guard.rules.rules import Matcher, RulePack, load_default_packs, parse_pack
 from sglang_guard.supervise.shell.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,3 +240,56 @@ def test_past_the_start_only_running_phase_rules_are_scanned_for() -> None:
         text = clean(line, 65536)
         if any(in_phase(r, "running") and r.fatal for r in MATCHER.candidates(text)):
             assert MATCHER.scan_running(text.encode() + b"\n").rule, line[:200]
+
+
+def _mutations(texts: list[str], count: int, seed: int) -> list[str]:
+    """Each text with a character or a short run replaced, dropped or doubled: near misses
+    of every rule's own lines, and lines that still match."""
+    rng = random.Random(seed)  # noqa: S311 - test data, not secrets
+    alphabet = "aZ09 :'\"\\._-()[]>=<\u00e9\u4e2d"
+    out = []
+    for _ in range(count):
+        text = rng.choice(texts)
+        at = rng.randrange(len(text) + 1)
+        cut = rng.randint(0, 3)
+        what = rng.choice(["", rng.choice(alphabet), text[at:at + cut] * 2])
+        out.append(text[:at] + what + text[at + cut:])
+    return out
+
+
+@pytest.mark.parametrize("packs", ["default", "with-notes"])
+def test_each_rules_own_regex_decides_as_the_sets_do(packs: str) -> None:
+    """Once the line scan is compiled (`prepare_scan`: the supervisor's), `candidates` asks
+    the scan which rules might match and then each rule's own regex; before, the RE2 sets
+    decide. Both answer the same over every stored line, every rule's fatal text quoted or
+    not, and 20,000 mutations of them, as an exception line or not, and with lone
+    surrogates (the sets' UTF-8 retry). `with-notes` adds every default rule again as a
+    non-fatal note (read on the whole line, unanchored: the notes set)."""
+    loaded = load_default_packs()
+    if packs == "with-notes":
+        loaded = (*loaded, _notes_of(loaded))
+    by_sets, narrowed = Matcher(loaded), Matcher(loaded)
+    narrowed.prepare_scan()
+    assert narrowed._lines.compiled and not by_sets._lines.compiled
+    stored = [clean(line, 65536) for line in _stored_lines()]
+    texts = [*stored, *_mutations([t for t in stored if t] or ["x"], 20_000, 24),
+             "ValueError: FlashAttention v3 Backend requires SM>=80 \udcff"]
+    hits = notes = 0
+    for ends in (True, False, None):
+        for text in texts:
+            want = by_sets.candidates(text, ends)
+            assert narrowed.candidates(text, ends) == want, (text[:200], ends)
+            hits += bool(want)
+            notes += any(not rule.fatal for rule in want)
+    assert hits > 1000  # the texts reach the rules
+    assert (notes > 1000) == (packs == "with-notes")
+    assert not by_sets._lines.compiled  # the sets' answers were the sets' own
+
+
+def _notes_of(packs: tuple[RulePack, ...]) -> RulePack:
+    """Every rule of `packs` again, as a non-fatal note with its own id."""
+    body = '[pack]\nname = "notes"\nsglang_versions = ">=0.4"\n' + "".join(
+        f"[[rules]]\nid = {json.dumps('note-' + rule.id)}\npattern = {json.dumps(rule.pattern)}\n"
+        'action = "restart"\nfatal = false\n'
+        for pack in packs for rule in pack.rules)
+    return parse_pack(body, "notes.toml")

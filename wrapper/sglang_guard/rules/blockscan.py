@@ -192,6 +192,11 @@ class BlockScan:
         """Why some or all patterns are scanned by RE2 (None: none are)."""
         return self.compile().why
 
+    @property
+    def compiled(self) -> bool:
+        """Whether `compile` ran (this compiles nothing)."""
+        return self._compiled is not None
+
     def compile(self) -> _Compiled:
         """Compile now (a Hyperscan set takes ~0.3 s): the supervisor does, before it spawns.
 
