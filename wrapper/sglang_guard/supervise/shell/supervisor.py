@@ -367,7 +367,8 @@ class Supervisor:
         return bool(self.rt.env.matcher.candidates(line.text, line.ends))
 
     def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
-        """Reader threads call this per chunk: while starting, progress evidence for the machine.
+        """The pumps call this per chunk (after its lines): while starting, progress evidence
+        for the machine.
 
         Coalesced: one `ChildOutput` per stream waits on the queue at a time, and the loop
         takes the newest tail when it gets there (`_output`); and one is put per stream per
@@ -612,6 +613,7 @@ class Supervisor:
             # after its grace (the members forked since its snapshot, proctree.finish_stop)
             # then takes ~1 ms, not ~20. (The snapshot before the SIGTERM reads /proc itself.)
             proctree.group_members(child.pgid)
+            proctree.warm(child.pid)  # the stop's walk before its SIGTERM, once: then warm
         except psutil.Error:
             return
         with contextlib.suppress(OSError):  # only clean-up after a SIGKILLed guard needs it
