@@ -32,8 +32,9 @@ from sglang_guard.preflight.shell.inputs import read_command_line
 from sglang_guard.rules import tracebacks
 from sglang_guard.rules.linereader import Line, LineReader
 from sglang_guard.rules.logline import LINE_CAP, clean
-from sglang_guard.rules.rules import Fix, Matcher, load_default_packs
+from sglang_guard.rules.rules import Fix, Matcher, in_phase, load_default_packs
 from sglang_guard.rules.shell.explain import explain_fix, explain_lines, matching_lines
+from sglang_guard.rules.stages import READY_LINE
 from sglang_guard.sglang.argv import CommandLine
 from sglang_guard.sglang.releases import load_option_table
 from sglang_guard.supervise.replay import Replay, env_for
@@ -353,3 +354,37 @@ def test_random_line_soups_read_exactly_the_acting_lines(seed: int) -> None:
         want = acting(data, FAST)
         for matcher in (FAST, SLOW):
             assert read(_chunkings(data, rng), matcher) == want, data[:400]
+
+
+def _subsequence(small: list[Line], big: list[Line]) -> bool:
+    """Whether `small` is `big` with some lines left out, in order."""
+    rest = iter(big)
+    return all(any(line == other for other in rest) for line in small)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_past_the_start_the_reader_keeps_every_line_a_running_rule_reads(seed: int) -> None:
+    """Past the start the chunk's scan names running-phase rules only (Matcher.line_scan),
+    and the reader's check asks only those (Line.maybe): over random line soups in random
+    chunks, on both engines, it emits every line of the per-line pass that a running-phase
+    rule reads (or the ready line), and no line that no rule reads: what the machine acts
+    on past the start (rules/rules.acting filters by phase) is all there, in order."""
+    rng = random.Random(seed)  # noqa: S311 - test data, not secrets
+    read = 0
+    for _ in range(25):
+        data = _soup(rng)
+        lines = per_line(data)
+        every = acting(data, FAST)  # read by any rule, any phase
+        running = [ln for ln in lines if READY_LINE in ln.text or any(
+            in_phase(r, "running") for r in FAST.candidates(ln.text, ln.ends))]
+        for matcher in (FAST, SLOW):
+            live = _live(matcher, "running")
+            reader = LineReader(LINE_CAP, Supervisor._scan(live),
+                                lambda line, live=live: Supervisor._keep(live, line))
+            chunks = _chunkings(data, rng)
+            got = [line for chunk in chunks for line in reader.feed(chunk)] + reader.close()
+            assert _subsequence(running, got), data[:400]
+            assert _subsequence(got, every), data[:400]
+            assert reader.last_exception == last_exception(data)
+        read += len(running)
+    assert read > 25  # the soups hold lines that running-phase rules read

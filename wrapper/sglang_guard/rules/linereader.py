@@ -27,8 +27,8 @@ they decide what it decides.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from sglang_guard.rules import tracebacks
@@ -42,6 +42,9 @@ class Hits(NamedTuple):
     lines: Iterable[int]  # a rule's (or the ready line's): read and checked by `keep`
     headers: Iterable[int] = ()  # a traceback's header: read by the tracker, not checked
     stage: str | None = None  # the start-up stage of the block's last stage marker, if any
+    # Per line (by its end), the rules whose pattern might match in it: every line a rule
+    # might match in has its entry (a superset); None: not known. `keep` reads it (Line.maybe).
+    rules: Mapping[int, Collection[int]] | None = None
 
 
 Find = Callable[[bytes], Hits]
@@ -56,6 +59,9 @@ class Line:
     length: int  # the raw line's full length in bytes
     ends: bool  # it is SGLang's own output to read (rules/tracebacks.step)
     exception: bool  # the exception line that ends a traceback's frames
+    # The rules the scan says might match in it (Hits.rules; None: not known), for `keep`
+    # only: the machine does not get it.
+    maybe: Collection[int] | None = field(default=None, compare=False)
 
 
 class LineReader:
@@ -125,8 +131,10 @@ class LineReader:
                    ) -> None:
         # Lines a rule may read, and those with an ESC or NUL (only their cleaned text says
         # what they hold), are checked by `keep`; a line only a header hit is only stepped.
-        checked = {e for e in hits.lines if e <= last + 1} | _dirty(chunk, last)
+        dirty = _dirty(chunk, last)
+        checked = {e for e in hits.lines if e <= last + 1} | dirty
         ends = sorted(checked.union(e for e in hits.headers if e <= last + 1))
+        rules = hits.rules
         first = chunk.find(b"\n")
         pos = 0
         if self._head or self._length:
@@ -134,10 +142,12 @@ class LineReader:
             raw, length = self._finish(chunk, 0, first)
             whole = find(raw + b"\n")
             self._stage(whole.stage)  # a marker line cut by the chunk's start
-            check = (first + 1 in checked or any(True for _ in whole.lines)
-                     or bool(_dirty(raw, len(raw))))
+            cut_dirty = bool(_dirty(raw, len(raw))) or first + 1 in dirty
+            check = first + 1 in checked or any(True for _ in whole.lines) or cut_dirty
             if check or (ends and ends[0] == first + 1) or any(True for _ in whole.headers):
-                self._read(raw, length, out, check)
+                self._read(raw, length, out, check,
+                           None if cut_dirty or whole.rules is None
+                           else whole.rules.get(len(raw) + 1, ()))
             else:
                 self._skip(raw + b"\n", 0, len(raw) + 1, out)
             pos = first + 1
@@ -148,7 +158,8 @@ class LineReader:
             start = chunk.rfind(b"\n", pos, end - 1) + 1 or pos
             self._skip(chunk, pos, start, out)
             self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out,
-                       end in checked)
+                       end in checked,
+                       None if rules is None or end in dirty else rules.get(end, ()))
             pos = end
         self._skip(chunk, pos, last + 1, out)
 
@@ -172,9 +183,11 @@ class LineReader:
             self._head += chunk[start:min(end, start + room)]
         self._length += end - start
 
-    def _read(self, raw: bytes, length: int, out: list[Line], check: bool = True) -> None:
+    def _read(self, raw: bytes, length: int, out: list[Line], check: bool = True,
+              maybe: Collection[int] | None = None) -> None:
         """Step the tracker over one line; return it if `keep` takes it (`check`: a scan
-        says some rule might read it; else `keep` could not take it and is not asked)."""
+        says some rule might read it; else `keep` could not take it and is not asked;
+        `maybe`: which rules, Line.maybe)."""
         if not check and self._keep is not None and raw == _HEADER:
             # The bare header line, the common case: what `step` does with it, at once.
             self.state = (tracebacks.REQUEST if self.state == tracebacks.REQUEST
@@ -183,7 +196,7 @@ class LineReader:
         text = clean(raw, self._cap)
         before = self.state
         self.state, ends = tracebacks.step(before, text)
-        line = Line(text, length, ends, tracebacks.ends_frames(before, self.state))
+        line = Line(text, length, ends, tracebacks.ends_frames(before, self.state), maybe)
         if line.exception:
             self._exception(text)
         if self._keep is None or (check and self._keep(line)):

@@ -13,7 +13,7 @@ never triggers one. A rule acts in its phase only (`Rule.phase`: start, running 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -151,7 +151,10 @@ class Matcher:
     def prepare_scan(self) -> tuple[str, str | None]:
         """Compile both phases' scans now, not on the first chunk: the engine, and why not
         all on Hyperscan (None when all are). Each set scans once here, so that the first
-        chunk of a launch does not pay for the database's first touch (a few ms)."""
+        chunk of a launch does not pay for the database's first touch (a few ms). Each
+        thread that scans calls it once more (~0.1-0.3 ms; compiled already): Hyperscan's
+        scratch space is one per thread, allocated at its first scan, which would otherwise
+        be a quiet stream's fatal line."""
         for scan in (self._lines, self._lines_running):
             scan.line_ends(b"\n")
         tracebacks.prepare(LINE_CAP)
@@ -173,15 +176,22 @@ class Matcher:
         if not starting:
             header = self._lines_running.size - 1  # the header: the last pattern (_ALWAYS)
             found = self._lines_running.line_ends(block)
-            return Hits([end for i, end in found if i != header],
-                        [end for i, end in found if i == header])
+            running: dict[int, list[int]] = {}
+            for i, end in found:
+                if i != header:
+                    running.setdefault(end, []).append(self._running_ids[i])
+            return Hits(running, [end for i, end in found if i == header], rules=running)
         found = self._lines.line_ends(block)
         first, stop = self._markers
         header = self._lines.size - 1  # the markers, the ready line, then the header
         markers = [i - first for i, _ in found if first <= i < stop]
+        rules: dict[int, list[int]] = {}
+        for i, end in found:
+            if i < first:
+                rules.setdefault(end, []).append(i)
         return Hits([end for i, end in found if not first <= i < stop and i != header],
                     [end for i, end in found if i == header],
-                    last_stage(block, markers) if markers else None)
+                    last_stage(block, markers) if markers else None, rules)
 
     def scan(self, block: bytes) -> BlockHits:
         """What the scan while starting finds in `block` (lines left unread, a superset):
@@ -246,17 +256,39 @@ class Matcher:
         for all 100-odd patterns at once, so the first fatal line of a kind cost ~0.5-1 ms
         per set on the reaction path (a warm-up over the rules' texts left 5.3 MiB of
         states), where one rule's regex costs 20-60 us cold."""
+        if error_text(line, ends_traceback) is None and not self._note_ids:
+            return set()  # no error text, no notes: nothing to scan for (a quoting line)
         rules = len(self.rules)
         maybe = {i for i, _ in self._lines.line_ends(line.encode() + b"\n") if i < rules}
+        return self._among(line, ends_traceback, maybe) if maybe else set()
+
+    def any_of(self, line: str, ends_traceback: bool | None, maybe: Collection[int]) -> bool:
+        """Whether any rule of `maybe` matches `line` as `candidates` reads it: exactly
+        `bool(candidates(...))` when `maybe` holds every rule whose widened pattern a scan
+        of `line` hits (Hits.rules, while starting), and so for every rule of a phase when
+        `maybe` came from that phase's scan (past the start: Matcher.line_scan). The reader's
+        check (supervise/shell/supervisor.Supervisor._keep) of a line the chunk's scan
+        named, with no scan of its own."""
         if not maybe:
-            return set()
+            return False
+        try:
+            return bool(self._among(line, ends_traceback, maybe))
+        except UnicodeEncodeError:  # lone surrogates: as `candidates` retries
+            return bool(self._among(line.encode("utf-8", "replace").decode("utf-8"),
+                                    ends_traceback, maybe))
+
+    def _among(self, line: str, ends_traceback: bool | None, maybe: Collection[int]
+               ) -> set[int]:
+        """Of the rules `maybe`, those matching `line`, each by its own regex."""
         hits: set[int] = set()
         found = error_text(line, ends_traceback)
         if found is not None:
             text, at_start = found
             hits.update(i for i in maybe
                         if self.rules[i].fatal and self._one(i, at_start).match(text))
-        hits.update(i for i in maybe if not self.rules[i].fatal and self._note(i).search(line))
+        if self._note_ids:
+            hits.update(i for i in maybe
+                        if not self.rules[i].fatal and self._note(i).search(line))
         return hits
 
     def _one(self, i: int, at_start: bool) -> Any:

@@ -7,7 +7,12 @@ Threads per launch (all daemons, all only *put* events):
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink;
 - one scanner per pipe: the chunks' lines (rules/linereader.py: with a scan, only the lines
   a hit ends in are read), at most SCAN_BEHIND chunks behind the reader, which waits for it
-  past that (the child then waits in `write`);
+  past that (the child then waits in `write`). When the scanner has read every chunk
+  handed to it and a read came back short of READ_CHUNK (the pipe drained: the child is not
+  ahead), the reader reads that chunk's lines itself, in the same order: a quiet stream's
+  fatal line then costs no hand-off between threads (measured: ~0.1-0.2 ms of the idle
+  reaction), and a flood's full reads still overlap the reader's scan with the scanner's
+  lines;
 - one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
   single `ChildExited` -- every `ChildLine` of a launch is on the queue before it, and it
   carries the last exception line either stream's reader read (LineReader.last_exception).
@@ -111,9 +116,10 @@ class _Pump:
         on_chunk: Callable[[Stream, bytes], None] | None = None,
         ticket: Callable[[], int] | None = None,
         on_stage: Callable[[str], None] | None = None,
+        warm: Callable[[], object] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
-        self._on_chunk = on_chunk
+        self._on_chunk, self._warm = on_chunk, warm
         self._budget = budget
         # Where the stream is in a Python traceback starts "unknown" (rules/tracebacks.py):
         # before SGLang's first record nothing a client sent can be in it.
@@ -122,6 +128,10 @@ class _Pump:
         self._scans: queue.Queue[tuple[bytes, Hits | None] | None] = queue.Queue(SCAN_BEHIND)
         self._pending = 0  # bytes read but not yet written
         self._cond = threading.Condition()
+        # Chunks handed to the scanner whose lines it has not read yet (under `_turn`): at
+        # 0 the reader reads the next chunk's lines itself (`_read`).
+        self._queued = 0
+        self._turn = threading.Lock()
         self.sink_error: OSError | ValueError | None = None
         self.reader = threading.Thread(target=self._read, name=f"child-{gen}-{stream}-reader")
         self.writer = threading.Thread(target=self._write, name=f"child-{gen}-{stream}-writer")
@@ -135,6 +145,8 @@ class _Pump:
         self.reader.start()
 
     def _read(self) -> None:
+        if self._warm is not None:
+            self._warm()
         fd = self._pipe.fileno()
         with contextlib.suppress(OSError):
             fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
@@ -144,18 +156,34 @@ class _Pump:
                     self._cond.wait_for(lambda: self._pending < self._budget)
                     self._pending += len(chunk)
                 self._chunks.put(chunk)
-                self._scans.put((chunk, self.lines.scan(chunk)))
+                hits = self.lines.scan(chunk)
+                with self._turn:
+                    # A short read: the pipe is drained, the child not ahead of the guard.
+                    inline = self._queued == 0 and len(chunk) < READ_CHUNK
+                    if not inline:
+                        self._queued += 1
+                if inline:  # the scanner has read every chunk before: no hand-off, in order
+                    self._lines_of(chunk, hits)
+                else:
+                    self._scans.put((chunk, hits))
         finally:
             self._chunks.put(None)
             self._scans.put(None)
             self._pipe.close()
 
     def _scan(self) -> None:
+        if self._warm is not None:
+            self._warm()
         while (item := self._scans.get()) is not None:
-            self._put(self.lines.feed(*item))
-            if self._on_chunk is not None:  # after the chunk's lines: a fatal one goes first
-                self._on_chunk(self._stream, item[0])
+            self._lines_of(*item)
+            with self._turn:
+                self._queued -= 1
         self._put(self.lines.close())  # a last line without a newline still counts
+
+    def _lines_of(self, chunk: bytes, hits: Hits | None) -> None:
+        self._put(self.lines.feed(chunk, hits))
+        if self._on_chunk is not None:  # after the chunk's lines: a fatal one goes first
+            self._on_chunk(self._stream, chunk)
 
     def _put(self, lines: list[Line]) -> None:
         for line in lines:
@@ -190,6 +218,7 @@ class Child:
         keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
         on_stage: Callable[[str], None] | None = None,
+        warm: Callable[[], object] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
             raise ValueError("the child must be spawned with both pipes")
@@ -199,7 +228,8 @@ class Child:
         # One count for both streams: the exception line read last, on either, is the crash's.
         make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget,
                                  find=find, keep=keep, on_chunk=on_chunk,
-                                 ticket=itertools.count(1).__next__, on_stage=on_stage)
+                                 ticket=itertools.count(1).__next__, on_stage=on_stage,
+                                 warm=warm)
         self._pumps = (
             make(pipe=proc.stdout, stream="stdout", sink=sinks[0]),
             make(pipe=proc.stderr, stream="stderr", sink=sinks[1]),
@@ -228,12 +258,14 @@ class Child:
         keep: Callable[[Line], bool] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
         on_stage: Callable[[str], None] | None = None,
+        warm: Callable[[], object] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
 
         `find`, `keep` and `on_stage` are the line reader's (rules/linereader.py): the scan,
         which read lines become events (None: every line), and who hears of the start-up
-        stages the scan finds.
+        stages the scan finds. `warm`: called once by each reader and scanner thread before
+        its first chunk (the scans' per-thread state: rules/rules.Matcher.prepare_scan).
 
         Call it from the guard's long-lived loop thread: the parent-death signal fires when
         the *thread* that forked exits, not the process, so a short-lived spawning thread
@@ -266,6 +298,7 @@ class Child:
             keep=keep,
             on_chunk=on_chunk,
             on_stage=on_stage,
+            warm=warm,
         )
 
     def _put_line(self, stream: Stream, text: str, length: int, ends: bool, exception: bool

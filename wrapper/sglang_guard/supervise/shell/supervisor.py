@@ -364,7 +364,14 @@ class Supervisor:
         ends a traceback). A line that only quotes a fatal message stops here, no event."""
         if READY_LINE in line.text:
             return True
-        return bool(self.rt.env.matcher.candidates(line.text, line.ends))
+        matcher = self.rt.env.matcher
+        # The chunk's scan named the rules that might match (Line.maybe): their own regexes
+        # say no at once (a quoting near-miss, the common hit); a line they take is then
+        # checked whole, which the machine's own asks of it find again (Matcher.candidates
+        # keeps the last few answers).
+        if line.maybe is not None and not matcher.any_of(line.text, line.ends, line.maybe):
+            return False
+        return bool(matcher.candidates(line.text, line.ends))
 
     def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
         """The pumps call this per chunk (after its lines): while starting, progress evidence
@@ -460,7 +467,8 @@ class Supervisor:
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
                                  env=env, find=self._scan(), keep=self._keep,
                                  on_chunk=self._chunk_watcher(action.gen),
-                                 on_stage=self._stage_sink(action.gen))
+                                 on_stage=self._stage_sink(action.gen),
+                                 warm=self.rt.env.matcher.prepare_scan)
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
