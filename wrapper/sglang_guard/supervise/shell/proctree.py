@@ -40,6 +40,9 @@ import psutil
 
 KILL_WAIT = 10.0  # seconds to let SIGKILLed processes go (a process in a driver call dies late)
 _POLL = 0.02  # fallback poll interval when pidfds are unavailable
+# After a walk's SIGTERM, how long `finish_stop` lets the walked processes end before it reads
+# the whole table (part of the grace): a reparented member's SIGTERM comes that much later.
+TABLE_AFTER_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,9 +320,9 @@ def terminate_tree(pid: int | None, pgid: int) -> Stopping:
 def _read_table(stopping: Stopping) -> None:
     """After a walk's SIGTERM: the members of the group and session that the walk could
     not reach, from the whole table, SIGTERMed as found. `finish_stop` does it on the
-    stopper's thread: not on the loop's, and not while the child's end needs a CPU
-    (measured on 2 cores: the table's ~1 ms read beside the dying child cost the idle
-    reaction ~0.5-0.8 ms)."""
+    stopper's thread, once the walked processes ended or TABLE_AFTER_S passed: not on the
+    loop's, and not while the child's end needs a CPU (measured on 2 cores: the table's
+    ~1 ms read beside the dying child cost the idle reaction ~0.5-0.8 ms)."""
     if stopping.table_due is None:
         return
     (pid,), stopping.table_due = stopping.table_due, None
@@ -334,6 +337,10 @@ def finish_stop(stopping: Stopping, grace: float) -> StopReport:
     """After `terminate_tree`: wait up to `grace`, SIGKILL what survives (and what the group
     forked since), wait up to KILL_WAIT for it to go."""
     try:
+        if stopping.table_due is not None:  # the walked tree's own end first (its CPU)
+            waited = time.monotonic()
+            _wait(stopping.handles, min(grace, TABLE_AFTER_S))
+            grace = max(0.0, grace - (time.monotonic() - waited))
         _read_table(stopping)
     except BaseException:
         for handle in stopping.handles:
