@@ -24,10 +24,11 @@ SPECIFIC = ("ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90. "
 READY = "The server is fired up and ready to roll!"
 
 
-def _stamp(path: Path) -> None:
-    """Write CLOCK_MONOTONIC now to `path`, renamed into place: readers never see it empty."""
+def _stamp(path: Path, at: float | None = None) -> None:
+    """Write CLOCK_MONOTONIC (now, or `at`) to `path`, renamed into place: readers never
+    see it empty."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(repr(time.monotonic()))
+    tmp.write_text(repr(time.monotonic() if at is None else at))
     tmp.replace(path)
 
 
