@@ -67,9 +67,11 @@ from sglang_guard.supervise.shell.proctree import (
 
 # Bytes per read: each chunk's buffer stays warm in the cache and the scanner close behind.
 # The pipe is widened (where Linux lets us) to one read, not more: what the pipe holds is
-# what a fatal line written into a flood waits behind (measured on 2 cores: the fatal line
-# inside a stdout flood reached SIGTERM in ~5.6 ms with a 1 MiB pipe, ~3.3-4.4 ms with
-# 256 KiB, and the pass-through's rate and CPU stayed within the runs' spread).
+# what a fatal line written into a flood waits behind. A trade, measured alternated (bench/
+# README.md, "Reaction, third round"): the fatal line inside a stdout flood reached SIGTERM
+# in ~4.8 -> 3.2 ms (H200 host) and ~5.6 -> 3.3-4.4 ms (2 cores) with 256 KiB instead of
+# 1 MiB; the near-miss mix's pass-through took ~10% more CPU (more, shorter reads), the log
+# mix's the same.
 READ_CHUNK = 256 * 1024
 PIPE_SIZE = READ_CHUNK
 SCAN_BEHIND = 4  # chunks the scanner may be behind the reader
