@@ -388,3 +388,27 @@ def test_past_the_start_the_reader_keeps_every_line_a_running_rule_reads(seed: i
             assert reader.last_exception == last_exception(data)
         read += len(running)
     assert read > 25  # the soups hold lines that running-phase rules read
+
+
+def test_a_chunk_scanned_before_a_reload_is_checked_whole_by_the_new_pack() -> None:
+    """The scan numbers the rules of the matcher that scanned (Hits.by); a reload between a
+    chunk's scan and its lines' check swaps the matcher, whose numbers differ (here the same
+    rules in the other order). The check then asks the new matcher of the whole line: what
+    `_keep` answers is `bool(new.candidates(...))` for every stored line, never the old
+    numbers read against the new pack's rules."""
+    old = Matcher(PACKS)
+    new = Matcher(tuple(reversed(PACKS)))
+    old.prepare_scan()
+    new.prepare_scan()
+    assert [r.id for r in old.rules] != [r.id for r in new.rules]
+    scanned = _live(old)
+    checked = _live(new)
+    reader = LineReader(LINE_CAP, Supervisor._scan(scanned),
+                        lambda line: Supervisor._keep(checked, line))
+    data = b"".join(STORED[name][0] for name in sorted(STORED))
+    rng = random.Random(7)  # noqa: S311 - test data, not secrets
+    got = [line for chunk in _chunkings(data, rng) for line in reader.feed(chunk)]
+    got += reader.close()
+    want = [ln for ln in per_line(data) if Supervisor._keep(checked, ln)]
+    assert got == want
+    assert any(new.candidates(ln.text, ln.ends) for ln in got)

@@ -45,6 +45,7 @@ class Hits(NamedTuple):
     # Per line (by its end), the rules whose pattern might match in it: every line a rule
     # might match in has its entry (a superset); None: not known. `keep` reads it (Line.maybe).
     rules: Mapping[int, Collection[int]] | None = None
+    by: object = None  # whose rules `rules` numbers (rules/rules.Matcher: one reload's)
 
 
 Find = Callable[[bytes], Hits]
@@ -62,6 +63,7 @@ class Line:
     # The rules the scan says might match in it (Hits.rules; None: not known), for `keep`
     # only: the machine does not get it.
     maybe: Collection[int] | None = field(default=None, compare=False)
+    maybe_by: object = field(default=None, compare=False)  # Hits.by
 
 
 class LineReader:
@@ -146,8 +148,8 @@ class LineReader:
             check = first + 1 in checked or any(True for _ in whole.lines) or cut_dirty
             if check or (ends and ends[0] == first + 1) or any(True for _ in whole.headers):
                 self._read(raw, length, out, check,
-                           None if cut_dirty or whole.rules is None
-                           else whole.rules.get(len(raw) + 1, ()))
+                           maybe=None if cut_dirty or whole.rules is None
+                           else whole.rules.get(len(raw) + 1, ()), by=whole.by)
             else:
                 self._skip(raw + b"\n", 0, len(raw) + 1, out)
             pos = first + 1
@@ -159,7 +161,8 @@ class LineReader:
             self._skip(chunk, pos, start, out)
             self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out,
                        end in checked,
-                       None if rules is None or end in dirty else rules.get(end, ()))
+                       maybe=None if rules is None or end in dirty else rules.get(end, ()),
+                       by=hits.by)
             pos = end
         self._skip(chunk, pos, last + 1, out)
 
@@ -183,11 +186,11 @@ class LineReader:
             self._head += chunk[start:min(end, start + room)]
         self._length += end - start
 
-    def _read(self, raw: bytes, length: int, out: list[Line], check: bool = True,
-              maybe: Collection[int] | None = None) -> None:
+    def _read(self, raw: bytes, length: int, out: list[Line], check: bool = True, *,
+              maybe: Collection[int] | None = None, by: object = None) -> None:
         """Step the tracker over one line; return it if `keep` takes it (`check`: a scan
         says some rule might read it; else `keep` could not take it and is not asked;
-        `maybe`: which rules, Line.maybe)."""
+        `maybe`: which rules, numbered by `by`: Line.maybe)."""
         if not check and self._keep is not None and raw == _HEADER:
             # The bare header line, the common case: what `step` does with it, at once.
             self.state = (tracebacks.REQUEST if self.state == tracebacks.REQUEST
@@ -196,7 +199,8 @@ class LineReader:
         text = clean(raw, self._cap)
         before = self.state
         self.state, ends = tracebacks.step(before, text)
-        line = Line(text, length, ends, tracebacks.ends_frames(before, self.state), maybe)
+        line = Line(text, length, ends, tracebacks.ends_frames(before, self.state), maybe,
+                    None if maybe is None else by)
         if line.exception:
             self._exception(text)
         if self._keep is None or (check and self._keep(line)):

@@ -180,7 +180,8 @@ class Matcher:
             for i, end in found:
                 if i != header:
                     running.setdefault(end, []).append(self._running_ids[i])
-            return Hits(running, [end for i, end in found if i == header], rules=running)
+            return Hits(running, [end for i, end in found if i == header], rules=running,
+                        by=self)
         found = self._lines.line_ends(block)
         first, stop = self._markers
         header = self._lines.size - 1  # the markers, the ready line, then the header
@@ -191,7 +192,7 @@ class Matcher:
                 rules.setdefault(end, []).append(i)
         return Hits([end for i, end in found if not first <= i < stop and i != header],
                     [end for i, end in found if i == header],
-                    last_stage(block, markers) if markers else None, rules)
+                    last_stage(block, markers) if markers else None, rules, self)
 
     def scan(self, block: bytes) -> BlockHits:
         """What the scan while starting finds in `block` (lines left unread, a superset):

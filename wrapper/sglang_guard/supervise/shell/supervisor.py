@@ -368,8 +368,10 @@ class Supervisor:
         # The chunk's scan named the rules that might match (Line.maybe): their own regexes
         # say no at once (a quoting near-miss, the common hit); a line they take is then
         # checked whole, which the machine's own asks of it find again (Matcher.candidates
-        # keeps the last few answers).
-        if line.maybe is not None and not matcher.any_of(line.text, line.ends, line.maybe):
+        # keeps the last few answers). Only this matcher's numbers: a chunk scanned before
+        # a reload numbered the old pack's rules, and is checked whole.
+        if (line.maybe is not None and line.maybe_by is matcher
+                and not matcher.any_of(line.text, line.ends, line.maybe)):
             return False
         return bool(matcher.candidates(line.text, line.ends))
 
