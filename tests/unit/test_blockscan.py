@@ -293,3 +293,29 @@ def _notes_of(packs: tuple[RulePack, ...]) -> RulePack:
         'action = "restart"\nfatal = false\n'
         for pack in packs for rule in pack.rules)
     return parse_pack(body, "notes.toml")
+
+
+def test_warm_thread_allocates_this_threads_scratch_and_compiles_nothing() -> None:
+    """The pumps' threads call `warm_thread` before their first chunk: on a compiled matcher
+    it gives the calling thread its Hyperscan scratch for both phases' scans; on one never
+    compiled it compiles nothing (a pump must not wait on a compile: the loop's reload
+    compiles, `prepare_scan`)."""
+    cold = Matcher(load_default_packs())
+    warm = Matcher(load_default_packs())
+    warm.prepare_scan()
+    seen: dict[str, object] = {}
+
+    def in_a_thread() -> None:
+        cold.warm_thread()
+        warm.warm_thread()
+        seen["scratch"] = [getattr(scan._local, "scratch", None)
+                           for scan in (warm._lines, warm._lines_running)]
+        seen["cold"] = [getattr(scan._local, "scratch", None)
+                        for scan in (cold._lines, cold._lines_running)]
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join()
+    assert all(s is not None for s in seen["scratch"])  # type: ignore[attr-defined]
+    assert seen["cold"] == [None, None]
+    assert not cold._lines.compiled and not cold._lines_running.compiled

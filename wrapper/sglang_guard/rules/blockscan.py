@@ -469,6 +469,11 @@ class FirstLine:
         """Compile (or load from the store) now; whether Hyperscan takes the patterns."""
         return self._compiled() is not None
 
+    def warm(self) -> None:
+        """This thread's scratch space, if the set is compiled already (compiles nothing)."""
+        if self._tried and self._db is not None:
+            self._scanner(self._db)
+
     def _compiled(self) -> Any:
         if not self._tried:
             with self._lock:

@@ -142,6 +142,11 @@ def prepare(cap: int) -> None:
         _FRAMES_FAST.start(b"x\n", 0, 2)  # its pages touched: the first real scan is warm
 
 
+def warm_thread() -> None:
+    """The calling thread's scratch space for the frames' set, if compiled (`prepare`)."""
+    _FRAMES_FAST.warm()
+
+
 @lru_cache(maxsize=4)
 def _candidates(cap: int) -> _Candidates:
     blank = rb"(?:" + _SPACEISH + rb"*$|" + _SPACEISH + rb"{" + str(cap).encode() + rb",})"

@@ -269,7 +269,8 @@ class Child:
         `find`, `keep` and `on_stage` are the line reader's (rules/linereader.py): the scan,
         which read lines become events (None: every line), and who hears of the start-up
         stages the scan finds. `warm`: called once by each reader and scanner thread before
-        its first chunk (the scans' per-thread state: rules/rules.Matcher.prepare_scan).
+        its first chunk (the scans' per-thread state: rules/rules.Matcher.warm_thread); it
+        must not block.
 
         Call it from the guard's long-lived loop thread: the parent-death signal fires when
         the *thread* that forked exits, not the process, so a short-lived spawning thread

@@ -470,7 +470,7 @@ class Supervisor:
                                  env=env, find=self._scan(), keep=self._keep,
                                  on_chunk=self._chunk_watcher(action.gen),
                                  on_stage=self._stage_sink(action.gen),
-                                 warm=self.rt.env.matcher.prepare_scan)
+                                 warm=self.rt.env.matcher.warm_thread)
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
