@@ -82,6 +82,13 @@ def test_the_walk_by_children_lists_finds_the_tree_the_table_finds(spawn, events
         assert walked is not None
         assert sorted(p.pid for p in walked) == sorted(pids)
         assert sorted(p.pid for p in walked) == sorted(proctree._snapshot(child.pid, child.pgid))
+        # `tree`, the supervisor's record of it: the same walk, the main process first, and
+        # psutil's walk (monkeypatched: no children lists) finds the same.
+        walk = [p.pid for p in proctree.tree(child.pid)]
+        assert walk[0] == child.pid and sorted(walk) == sorted(pids)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(proctree, "_children", lambda _pid: None)
+            assert sorted(p.pid for p in proctree.tree(child.pid)) == sorted(pids)
     finally:
         child.stop(grace=0.2)
     collect(events)
@@ -153,6 +160,13 @@ def test_a_session_member_the_walk_cannot_reach_is_stopped_from_the_table():
             os.kill(orphan, signal.SIGKILL)
         proc.kill()
         proc.wait(10)
+
+
+def test_the_tree_of_a_gone_process_is_no_such_process():
+    proc = subprocess.Popen(fake_argv(["exit", 0]), start_new_session=True)
+    assert proc.wait(10) == 0
+    with pytest.raises(psutil.NoSuchProcess):
+        proctree.tree(proc.pid)
 
 
 def test_terminate_tree_signals_at_once_and_finish_stop_does_the_rest():

@@ -182,11 +182,18 @@ def _descendants(pid: int) -> list[psutil.Process] | None:
     return list(found.values())
 
 
-def warm(pid: int) -> None:
-    """Walk `pid`'s tree once, for nothing: the first walk of a process costs ~0.4 ms more
-    (measured here: the children lists' reads and psutil's first process object), and the
-    first walk should not be the stop's, before its SIGTERM."""
-    _descendants(pid)
+def tree(pid: int) -> list[psutil.Process]:
+    """`pid` and every descendant, `pid` first: the walk the stop makes before its SIGTERM
+    (by the children lists; psutil's walk where there are none). The supervisor's record of
+    the tree takes it, so the stop's first walk is not its first (~0.4 ms more cold: the
+    lists' reads, psutil's first process object). psutil.NoSuchProcess: `pid` is gone."""
+    walked = _descendants(pid)
+    if walked is None:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    if not walked or walked[0].pid != pid:
+        raise psutil.NoSuchProcess(pid)
+    return walked
 
 
 def _snapshot(pid: int | None, pgid: int) -> dict[int, psutil.Process]:
@@ -289,7 +296,8 @@ class Stopping:
     pgid: int
     handles: list[_Handle]
     started: float
-    table_due: tuple[int | None] | None = None  # (pid,): the whole table is still to read
+    pid: int | None = None  # the main process, as `terminate_tree` was given it
+    table_due: bool = False  # the whole table is still to read (after a walk: `_read_table`)
 
 
 def terminate_tree(pid: int | None, pgid: int) -> Stopping:
@@ -303,10 +311,10 @@ def terminate_tree(pid: int | None, pgid: int) -> Stopping:
     if pgid <= 1 or pgid == os.getpgrp():
         raise ValueError(f"refusing to signal process group {pgid}")  # a bug in the caller
     started = time.monotonic()
-    tree = _descendants(pid) if pid is not None else None
+    walked = _descendants(pid) if pid is not None else None
     handles: list[_Handle] = []
     try:
-        handles += _open(_snapshot(pid, pgid).values() if tree is None else tree)
+        handles += _open(_snapshot(pid, pgid).values() if walked is None else walked)
         _killpg(pgid, signal.SIGTERM)
         for handle in handles:  # members outside the group (setsid) get their chance too
             handle.send(signal.SIGTERM)
@@ -314,7 +322,7 @@ def terminate_tree(pid: int | None, pgid: int) -> Stopping:
         for handle in handles:
             handle.close()
         raise
-    return Stopping(pgid, handles, started, None if tree is None else (pid,))
+    return Stopping(pgid, handles, started, pid, table_due=walked is not None)
 
 
 def _read_table(stopping: Stopping) -> None:
@@ -323,38 +331,36 @@ def _read_table(stopping: Stopping) -> None:
     stopper's thread, once the walked processes ended or TABLE_AFTER_S passed: not on the
     loop's, and not while the child's end needs a CPU (measured on 2 cores: the table's
     ~1 ms read beside the dying child cost the idle reaction ~0.5-0.8 ms)."""
-    if stopping.table_due is None:
+    if not stopping.table_due:
         return
-    (pid,), stopping.table_due = stopping.table_due, None
-    known = {handle.proc.pid for handle in stopping.handles}
-    late = _open(p for n, p in _snapshot(pid, stopping.pgid).items() if n not in known)
-    stopping.handles += late
-    for handle in late:
+    stopping.table_due = False
+    for handle in _hold_new(stopping.handles, _snapshot(stopping.pid, stopping.pgid).values()):
         handle.send(signal.SIGTERM)
+
+
+def _hold_new(handles: list[_Handle], procs: Iterable[psutil.Process]) -> list[_Handle]:
+    """Pidfds for those of `procs` that `handles` does not hold yet, added to it: the new."""
+    known = {handle.proc.pid for handle in handles}
+    late = _open(proc for proc in procs if proc.pid not in known)
+    handles += late
+    return late
 
 
 def finish_stop(stopping: Stopping, grace: float) -> StopReport:
     """After `terminate_tree`: wait up to `grace`, SIGKILL what survives (and what the group
     forked since), wait up to KILL_WAIT for it to go."""
-    try:
-        if stopping.table_due is not None:  # the walked tree's own end first (its CPU)
-            waited = time.monotonic()
-            _wait(stopping.handles, min(grace, TABLE_AFTER_S))
-            grace = max(0.0, grace - (time.monotonic() - waited))
-        _read_table(stopping)
-    except BaseException:
-        for handle in stopping.handles:
-            handle.close()
-        raise
     pgid, handles = stopping.pgid, stopping.handles
     try:
+        if stopping.table_due:  # the walked tree's own end first (its CPU)
+            waited = time.monotonic()
+            _wait(handles, min(grace, TABLE_AFTER_S))
+            grace = max(0.0, grace - (time.monotonic() - waited))
+        _read_table(stopping)
         survivors = _wait(handles, grace)
         terminated = len(handles) - len(survivors)
         # Processes forked after the snapshot are in the group; killpg reaches them.
         _killpg(pgid, signal.SIGKILL)
-        known = {h.proc.pid for h in handles}
-        late = _open(p for p in _group(pgid) if p.pid not in known)
-        handles += late
+        late = _hold_new(handles, _group(pgid))
         for handle in survivors + late:
             handle.send(signal.SIGKILL)
         _wait(survivors + late, KILL_WAIT)
