@@ -397,11 +397,7 @@ class Supervisor:
             with self._outputs_lock:
                 waiting = self._outputs.get(key)
                 self._outputs[key] = (tail, bar or (waiting is not None and waiting[1]))
-                put = (key not in self._outputs_queued
-                       and now - self._outputs_put.get(key, -OUTPUT_EVERY_S) >= OUTPUT_EVERY_S)
-                if put:
-                    self._outputs_queued.add(key)
-                    self._outputs_put[key] = now
+                put = key not in self._outputs_queued and self._claim(key, now)
             if put:
                 self.events.put(ChildOutput(gen, stream, "", bar))
 
@@ -414,14 +410,20 @@ class Supervisor:
             for key, (_, bar) in self._outputs.items():
                 if key in self._outputs_queued:
                     continue
-                at = self._outputs_put.get(key, -OUTPUT_EVERY_S) + OUTPUT_EVERY_S
-                if at > now:
-                    due.append(at)
-                    continue
-                self._outputs_queued.add(key)
-                self._outputs_put[key] = now
-                self.events.put(ChildOutput(key[0], key[1], "", bar))
+                if self._claim(key, now):
+                    self.events.put(ChildOutput(key[0], key[1], "", bar))
+                else:
+                    due.append(self._outputs_put.get(key, -OUTPUT_EVERY_S) + OUTPUT_EVERY_S)
         return min(due, default=None)
+
+    def _claim(self, key: tuple[int, Stream], now: float) -> bool:
+        """Under `_outputs_lock`, for a stream with no ChildOutput on the queue: whether one
+        may be put now (OUTPUT_EVERY_S since its last); if so it counts as queued from now."""
+        if self._outputs_put.get(key, -OUTPUT_EVERY_S) + OUTPUT_EVERY_S > now:
+            return False  # due then (`_held_outputs` waits for it)
+        self._outputs_queued.add(key)
+        self._outputs_put[key] = now
+        return True
 
     def _output(self, event: ChildOutput) -> ChildOutput:
         """The newest output of that stream since the event was put (see `_chunk_watcher`)."""
