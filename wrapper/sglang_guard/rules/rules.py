@@ -13,7 +13,7 @@ never triggers one. A rule acts in its phase only (`Rule.phase`: start, running 
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -117,8 +117,8 @@ class Matcher:
         self._free = re2.Set.MatchSet(RE2_OPTIONS)
         self._start = re2.Set.MatchSet(RE2_OPTIONS)
         for rule in self.rules:
-            self._free.Add(f"{QUOTE_LEAD}(?:{rule.pattern})")
-            self._start.Add(f"(?:{rule.pattern})")
+            self._free.Add(_entry(rule.pattern, at_start=False))
+            self._start.Add(_entry(rule.pattern, at_start=True))
         # Per phase, one per-line scan: while starting every rule, the stage markers and the
         # ready line; once SGLang is ready only running-phase rules act (supervise/machine.py reads
         # lines only while starting or ready), a handful of patterns.
@@ -154,7 +154,7 @@ class Matcher:
         chunk of a launch does not pay for the database's first touch (a few ms). Each
         thread that scans then calls `warm_thread`."""
         for scan in (self._lines, self._lines_running):
-            scan.line_ends(b"\n")
+            scan.compile()
         tracebacks.prepare(LINE_CAP)
         for i, rule in enumerate(self.rules):  # each rule's own regexes (`_narrowed`): ~6 ms
             if rule.fatal:
@@ -162,6 +162,7 @@ class Matcher:
                 self._one(i, False)
             else:
                 self._note(i)
+        self.warm_thread()  # the databases' first touch, and this thread's scratch
         return self._lines.engine, self._lines.why
 
     def warm_thread(self) -> None:
@@ -233,10 +234,7 @@ class Matcher:
         found = self._recent.get(key)
         if found is not None:
             return found
-        try:
-            hits = self._hits(line, ends_traceback)
-        except UnicodeEncodeError:  # lone surrogates (surrogateescape input): RE2 needs UTF-8
-            hits = self._hits(line.encode("utf-8", "replace").decode("utf-8"), ends_traceback)
+        hits = _utf8_safe(lambda text: self._hits(text, ends_traceback), line)
         found = tuple(self.rules[i] for i in sorted(hits))
         with self._recent_lock:
             self._recent[key] = found
@@ -280,11 +278,7 @@ class Matcher:
         named, with no scan of its own."""
         if not maybe:
             return False
-        try:
-            return bool(self._among(line, ends_traceback, maybe))
-        except UnicodeEncodeError:  # lone surrogates: as `candidates` retries
-            return bool(self._among(line.encode("utf-8", "replace").decode("utf-8"),
-                                    ends_traceback, maybe))
+        return bool(_utf8_safe(lambda text: self._among(text, ends_traceback, maybe), line))
 
     def _among(self, line: str, ends_traceback: bool | None, maybe: Collection[int]
                ) -> set[int]:
@@ -305,9 +299,8 @@ class Matcher:
         key = (i, at_start)
         regex = self._single.get(key)
         if regex is None:
-            pattern = self.rules[i].pattern
             regex = self._single[key] = re2.compile(
-                f"(?:{pattern})" if at_start else f"{QUOTE_LEAD}(?:{pattern})", RE2_OPTIONS)
+                _entry(self.rules[i].pattern, at_start=at_start), RE2_OPTIONS)
         return regex
 
     def _note(self, i: int) -> Any:
@@ -328,6 +321,22 @@ class Matcher:
         match = regex.search(found[0]) if found is not None else None
         groups = {k: v for k, v in (match.groupdict() if match else {}).items() if v}
         return str(_PLACEHOLDER.sub(lambda m: groups.get(m.group(1), "?"), rule.reason))
+
+
+def _entry(pattern: str, *, at_start: bool) -> str:
+    """A rule's pattern as the exact matcher reads an error text with it (each set, and each
+    rule's own regex, anchored at the text's start): at its start, or anywhere outside
+    quotes (QUOTE_LEAD)."""
+    return f"(?:{pattern})" if at_start else f"{QUOTE_LEAD}(?:{pattern})"
+
+
+def _utf8_safe(find: Callable[[str], set[int]], line: str) -> set[int]:
+    """`find(line)`; for a line with lone surrogates (surrogateescape input), which RE2
+    cannot take as UTF-8, `find` of the line with them replaced."""
+    try:
+        return find(line)
+    except UnicodeEncodeError:
+        return find(line.encode("utf-8", "replace").decode("utf-8"))
 
 
 _PLACEHOLDER = re2.compile(r"\{(\w+)\}")
