@@ -2,6 +2,7 @@
 
     <py> tests/e2e/oracle.py arch  < [{"dir": ..., "is_draft": false, "override_args": null}, ...]
     <py> tests/e2e/oracle.py parse < [["--model-path", "m", "--attention-backend", "fa3"], ...]
+    <py> tests/e2e/oracle.py serve < [["/models/pipe", "--num-gpus", "1"], ...]
 
 One process answers a whole batch (importing SGLang takes ~15 s). Each answer is one JSON list
 on stdout, in input order; a failure in one item is reported in that item, never fatal. SGLang's
@@ -147,11 +148,39 @@ def parse(items: list[list[str]], resolve: bool = False) -> list[dict[str, Any]]
     return [_parse_one(list(argv), resolve) for argv in items]
 
 
+def serve(items: list[list[str]]) -> list[str]:
+    """The backend `sglang serve ARGV` dispatches to, as its `serve` decides before it runs
+    one (sglang/cli/serve.py `serve`: the selector, the positional model path, then
+    `auto_detect`, which falls back to "llm" and skips a detector that raises)."""
+    from sglang.cli import serve as cli_serve  # noqa: PLC0415 - SGLang's venv only
+    from sglang.cli.serve_backends import (  # noqa: PLC0415
+        ServeBackendDetection,
+        ServeRequest,
+    )
+    from sglang.cli.utils import try_get_model_path  # noqa: PLC0415
+
+    out = []
+    for argv in items:
+        name, rest = cli_serve._extract_model_type_override(list(argv))
+        rest, positional = cli_serve._normalize_positional_model_path(rest)
+        if name != "auto":
+            out.append(name)
+            continue
+        request = ServeRequest(argv=tuple(rest), model_path=try_get_model_path(rest),
+                               model_path_is_positional=positional)
+        try:
+            found = cli_serve._detect_diffusion(request)
+        except Exception:  # auto_detect logs and skips a detector that raises
+            found = ServeBackendDetection.NO_MATCH
+        out.append("diffusion" if found is ServeBackendDetection.MATCH else "llm")
+    return out
+
+
 def main() -> int:
     """Read the batch on stdin, answer on stdout."""
     mode = sys.argv[1] if len(sys.argv) > 1 else ""
-    if mode not in ("arch", "parse"):
-        print("usage: oracle.py arch|parse [--resolve] < batch.json", file=sys.stderr)
+    if mode not in ("arch", "parse", "serve"):
+        print("usage: oracle.py arch|parse [--resolve]|serve < batch.json", file=sys.stderr)
         return 2
     items = json.load(sys.stdin)
     # SGLang and transformers log to stdout in places; keep stdout for the answer alone.
@@ -160,7 +189,8 @@ def main() -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        result = arch(items) if mode == "arch" else parse(items, "--resolve" in sys.argv[2:])
+        result = (arch(items) if mode == "arch" else serve(items) if mode == "serve"
+                  else parse(items, "--resolve" in sys.argv[2:]))
     finally:
         sys.stdout = real_stdout
     json.dump(result, sys.stdout)

@@ -88,3 +88,22 @@ def test_serve_help_without_sglang_says_so() -> None:
     assert out.returncode == 0
     assert "usage: sglang-guard serve" in out.stdout
     assert "SGLang is not installed" in out.stdout
+
+
+def test_a_diffusion_pipeline_is_handed_to_sglang_serve_unguarded(tmp_path: Path) -> None:
+    # SGLang serves a diffusers directory with its diffusion runtime (sglang/cli/serve.py:109),
+    # whose flags the guard has no table of: the guard must neither refuse it ("no
+    # config.json") nor judge its flags, but start `sglang serve` exactly as written.
+    launcher = Launcher(tmp_path, [[["print", "stdout", "diffusion up"], ["exit", 7]]])
+    env = {**_env(tmp_path, launcher, with_launch=False), "SGLANG_GUARD_PREFLIGHT": "1"}
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    (pipe / "model_index.json").write_text('{"_diffusers_version": "0.30.0"}')
+    args = [str(pipe), "--num-gpus", "1", "--attention-backend", "fa"]
+    out = subprocess.run([sys.executable, "-m", "sglang_guard", "serve", *args], env=env,
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 7, out.stderr  # the child's own status: the guard is not there
+    assert out.stdout == "diffusion up\n"
+    assert "is a diffusers pipeline" in out.stderr and "unguarded" in out.stderr
+    assert launcher.argvs() == [["serve", *args]]
+    assert not (tmp_path / "state").exists()  # no run: no journal, no lock
