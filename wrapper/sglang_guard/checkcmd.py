@@ -156,6 +156,29 @@ def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
     return with_overrides(cfg, policy, gpu_sm)
 
 
+def _server_args(words: list[str], as_json: bool, echo: Echo) -> list[str]:
+    """The launch_server arguments of a check's words, which may name their launcher
+    (sglang/launcher.py); a `sglang serve` line SGLang would not serve with the LLM server
+    (serve.backend) is said to be unchecked, and check exits 0."""
+    from sglang_guard.sglang.launcher import read_launch  # noqa: PLC0415
+
+    launch = read_launch(words)
+    if launch.form != "serve":
+        return list(launch.args)
+    from sglang_guard.serve import backend, split_args  # noqa: PLC0415 - a serve line only
+
+    own, server = split_args(launch.args)
+    why = backend(own, server)
+    if why is None:
+        return list(server)
+    if as_json:
+        echo(json.dumps({"checked": False, "why": why, "argv_in": words}, indent=2))
+    else:
+        echo(f"not checked: {why}; `sglang serve` runs it with that backend, whose flags "
+             "and errors the guard has no table of")
+    sys.exit(EXIT_OK)
+
+
 def run_check(*, policy: str | None, gpu_sm: str | None, config_path: str | None,
               as_json: bool, state_dir: str | None, sglang_version: str | None,
               python: str | None, args: tuple[str, ...], echo: Echo,
@@ -174,7 +197,8 @@ def run_check(*, policy: str | None, gpu_sm: str | None, config_path: str | None
         version=sglang_version or cfg.sglang.version,
         version_source="--sglang-version" if sglang_version else "[sglang] version",
         python=python or cfg.sglang.python)
-    argv = sglang_args(cfg, args) if sglang_args is not None else list(args)
+    argv = _server_args(sglang_args(cfg, args) if sglang_args is not None else list(args),
+                        as_json, echo)
     prepared = prepare(cfg.gpu_sm, cfg.policy, argv,
                        state_dir or cfg.state_dir or default_run_state_dir(argv), release)
     decision, inputs = prepared.decision, prepared.inputs

@@ -1,0 +1,64 @@
+"""`check` reads a pasted command line whole: its launcher (python -m sglang.launch_server,
+the drop-in, `sglang serve`, leading environment words) is left out and the decision is the
+one for the bare arguments; a `sglang serve` line SGLang hands to another backend is said to
+be unchecked (exit 0). Whole processes, plain and through click."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA = str(REPO / "configs" / "models" / "tiny-llama")
+BARE = ["--model-path", LLAMA, "--attention-backend", "cutedsl_mla", "--tp", "1"]
+CLICK_WAY = "import sys; from sglang_guard import cli; sys.argv[0] = 'sglang-guard'; cli.main()"
+
+
+def _check(words: list[str], cache: Path, *, click: bool = False) -> tuple[int, str, str]:
+    env = {**os.environ, "SGLANG_GUARD_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_VERBOSITY": "error"}
+    cmd = [sys.executable, "-c", CLICK_WAY] if click else [sys.executable, "-m", "sglang_guard"]
+    done = subprocess.run([*cmd, "check", "--json", "--gpu-sm", "90", "--", *words], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("prefix", [
+    ["python3", "-m", "sglang.launch_server"],
+    ["CUDA_VISIBLE_DEVICES=0", "/opt/venv/bin/python", "-m", "sglang.launch_server"],
+    ["sglang-guard-launch"], ["sglang", "serve"], ["/venv/bin/sglang", "serve"],
+])
+def test_a_launcher_prefix_decides_as_the_bare_arguments(prefix: list[str], tmp_path: Path
+                                                         ) -> None:
+    pytest.importorskip("transformers")
+    bare = _check(BARE, tmp_path)
+    assert bare[0] == 1, bare[2]  # cutedsl_mla on a Llama: remediated
+    assert _check([*prefix, *BARE], tmp_path) == bare
+    assert _check([*prefix, *BARE], tmp_path, click=True) == bare
+
+
+def test_serve_reads_its_positional_model_and_selector(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    bare = _check(BARE, tmp_path)
+    assert _check(["sglang", "serve", LLAMA, "--model-type", "llm", *BARE[2:]], tmp_path) == bare
+
+
+def test_a_serve_line_for_another_backend_is_unchecked(tmp_path: Path) -> None:
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    (pipe / "model_index.json").write_text('{"_diffusers_version": "0.30.0"}')
+    for words in (["sglang", "serve", str(pipe), "--num-gpus", "1"],
+                  ["sglang", "serve", "--model-type", "diffusion", "--model-path", LLAMA]):
+        code, out, err = _check(words, tmp_path)
+        assert code == 0, err
+        said = json.loads(out)
+        assert said["checked"] is False and said["argv_in"] == words
+    # the same directory under launch_server is the LLM server's, which cannot read it
+    code, _, err = _check(["python", "-m", "sglang.launch_server", "--model-path", str(pipe)],
+                          tmp_path)
+    assert code == 2 and "has no config.json" in err

@@ -1,0 +1,34 @@
+"""A pasted command line's launcher (sglang/launcher.read_launch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sglang_guard.sglang.launcher import Launch, read_launch
+
+ARGS = ("--model-path", "/m", "--tp", "2")
+
+
+@pytest.mark.parametrize("prefix", [
+    ("python", "-m", "sglang.launch_server"), ("python3", "-m", "sglang.launch_server"),
+    ("/opt/venv/bin/python3.11", "-m", "sglang.launch_server"),
+    ("CUDA_VISIBLE_DEVICES=0", "NCCL_DEBUG=INFO", "python3", "-m", "sglang.launch_server"),
+    ("python", "-m", "sglang_guard.launch_server"), ("/usr/bin/sglang-guard-launch",),
+])
+def test_launch_server_prefixes_are_left_out(prefix: tuple[str, ...]) -> None:
+    assert read_launch([*prefix, *ARGS]) == Launch("launch_server", ARGS)
+
+
+@pytest.mark.parametrize("prefix", [("sglang", "serve"), ("/venv/bin/sglang", "serve"),
+                                    ("sglang-guard", "serve"), ("HF_HOME=/x", "sglang", "serve")])
+def test_serve_prefixes_give_serves_arguments(prefix: tuple[str, ...]) -> None:
+    assert read_launch([*prefix, "/m", "--tp", "2"]) == Launch("serve", ("/m", "--tp", "2"))
+
+
+@pytest.mark.parametrize("words", [
+    ARGS, (), ("python",), ("python", "-m", "other.module", *ARGS), ("pythonic", "-m",
+    "sglang.launch_server"), ("sglang", "generate", *ARGS), ("serve", *ARGS),
+    ("FOO=1", *ARGS), ("--model-path", "python"),
+])
+def test_anything_else_is_the_arguments_themselves(words: tuple[str, ...]) -> None:
+    assert read_launch(words) == Launch("args", tuple(words))
