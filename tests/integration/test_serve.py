@@ -107,3 +107,23 @@ def test_a_diffusion_pipeline_is_handed_to_sglang_serve_unguarded(tmp_path: Path
     assert "is a diffusers pipeline" in out.stderr and "unguarded" in out.stderr
     assert launcher.argvs() == [["serve", *args]]
     assert not (tmp_path / "state").exists()  # no run: no journal, no lock
+
+
+def test_run_with_a_sglang_serve_launch_hands_a_pipeline_over_too(tmp_path: Path) -> None:
+    # `[sglang] launch = [".../sglang", "serve"]` under `sglang-guard run`: the same reading
+    launcher = Launcher(tmp_path, [[["print", "stdout", "diffusion up"], ["exit", 5]]])
+    env = _env(tmp_path, launcher, with_launch=False)
+    config = Path(env["SGLANG_GUARD_CONFIG"])
+    sglang = Path(env["SGLANG_GUARD_PYTHON"]).with_name("sglang")
+    config.write_text(f'[sglang]\nlaunch = ["{sglang}", "serve"]\n' + config.read_text()
+                      .replace("[sglang]\n", "", 1))
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    (pipe / "model_index.json").write_text('{"_diffusers_version": "0.30.0"}')
+    args = ["--model-path", str(pipe), "--num-gpus", "1"]
+    out = subprocess.run([sys.executable, "-m", "sglang_guard", "run", "--config", str(config),
+                          "--", *args], env=env, capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert out.returncode == 5, out.stderr
+    assert out.stdout == "diffusion up\n" and "unguarded" in out.stderr
+    assert launcher.argvs() == [["serve", *args]]

@@ -107,7 +107,13 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     def overrides(fresh: GuardConfig) -> GuardConfig:
         return with_overrides(fresh, policy, gpu_sm)
 
-    run_process(cfg, sglang_args(cfg, args), python=python, state_dir=state_dir,
+    argv = sglang_args(cfg, args)
+    if cfg.sglang.launch and cfg.sglang.launch[-1] == "serve":
+        from sglang_guard.serve import hand_over, is_serve_launch  # noqa: PLC0415
+
+        if is_serve_launch(cfg.sglang.launch):  # a diffusion pipeline is SGLang's alone
+            hand_over(cfg.sglang.launch, argv)
+    run_process(cfg, argv, python=python, state_dir=state_dir,
                 preflight=not no_preflight, log_format=log_format, argv_from_config=not args,
                 overrides=overrides)
 

@@ -171,22 +171,34 @@ def main(args: Sequence[str]) -> None:
     _serve(list(args))
 
 
+def is_serve_launch(launch: Sequence[str]) -> bool:
+    """Whether a configured launch command is `sglang serve` (`[sglang] launch`)."""
+    return len(launch) >= 2 and launch[-1] == "serve" and Path(launch[-2]).name == "sglang"
+
+
+def hand_over(serve: Sequence[str], args: Sequence[str]) -> None:
+    """Exec `serve` (a `sglang serve` command) with `args` as written when SGLang would not
+    serve them with the LLM server (`backend`), saying why in one line; else return."""
+    why = backend(*split_args(args))
+    if why is None:
+        return
+    sys.stderr.write(f"sglang-guard: {why}, which the guard does not check or supervise: "
+                     "running `sglang serve` unguarded\n")
+    sys.stderr.flush()
+    command = [*serve, *args]
+    try:
+        os.execvp(command[0], command)  # noqa: S606 - an argv, no shell, as SGLang's
+    except OSError as exc:
+        raise InputError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
+
+
 @guarded
 def _serve(args: list[str]) -> None:
     cfg = guard_config_from_env()
     own, server_args = split_args(args)
     py = os.environ.get("SGLANG_GUARD_PYTHON") or cfg.sglang.python or sys.executable
     serve = cfg.sglang.launch or (*sglang_command(py), "serve")
-    why = backend(own, server_args)
-    if why is not None:  # not the LLM server: SGLang's own command, as written
-        sys.stderr.write(f"sglang-guard: {why}, which the guard does not check or supervise: "
-                         "running `sglang serve` unguarded\n")
-        sys.stderr.flush()
-        command = [*serve, *args]
-        try:
-            os.execvp(command[0], command)  # noqa: S606 - an argv, no shell, as SGLang's
-        except OSError as exc:
-            raise InputError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
+    hand_over(serve, args)
     launch = (*serve, *own)
     cfg = replace(cfg, sglang=replace(cfg.sglang, launch=launch, python=py))
     run_process(cfg, server_args, python=py, preflight=preflight_from_env())
