@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.serve import backend, split_args
+from sglang_guard.sglang.launcher import split_args
+from sglang_guard.sglang.shell.servebackend import backend
 
 from .conftest import RELEASES, python_for, run_oracle
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from sglang_guard.errors import EXIT_OK
-from sglang_guard.serve import split_args
+from sglang_guard.sglang.launcher import split_args
 from support.guards import guard_toml
 from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
 from support.pack import PACK_TEXT

@@ -16,13 +16,25 @@ ARGS = ("--model-path", "/m", "--tp", "2")
     ("python", "-m", "sglang_guard.launch_server"), ("/usr/bin/sglang-guard-launch",),
 ])
 def test_launch_server_prefixes_are_left_out(prefix: tuple[str, ...]) -> None:
-    assert read_launch([*prefix, *ARGS]) == Launch("launch_server", ARGS)
+    assert read_launch([*prefix, *ARGS]).args == ARGS
+    assert read_launch([*prefix, *ARGS]).form == "launch_server"
 
 
 @pytest.mark.parametrize("prefix", [("sglang", "serve"), ("/venv/bin/sglang", "serve"),
                                     ("sglang-guard", "serve"), ("HF_HOME=/x", "sglang", "serve")])
 def test_serve_prefixes_give_serves_arguments(prefix: tuple[str, ...]) -> None:
-    assert read_launch([*prefix, "/m", "--tp", "2"]) == Launch("serve", ("/m", "--tp", "2"))
+    said = read_launch([*prefix, "/m", "--tp", "2"])
+    assert (said.form, said.args) == ("serve", ("/m", "--tp", "2"))
+
+
+def test_the_runner_is_the_launchers_path_only() -> None:
+    assert read_launch(["/opt/v/bin/python3", "-m", "sglang.launch_server"]).runner == (
+        "/opt/v/bin/python3")
+    assert read_launch(["A=1", "/v/bin/sglang", "serve", "m"]).runner == "/v/bin/sglang"
+    for words in (["python3", "-m", "sglang.launch_server"], ["sglang", "serve"],
+                  ["/usr/bin/sglang-guard", "serve"], ["/usr/bin/sglang-guard-launch"],
+                  ["--model-path", "/m"]):
+        assert read_launch(words).runner is None, words
 
 
 @pytest.mark.parametrize("words", [

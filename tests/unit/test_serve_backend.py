@@ -1,6 +1,6 @@
-"""Which `sglang serve` command lines are not the LLM server's (serve.backend), read as SGLang
-0.5.23's serve.py reads them; tests/e2e/test_conformance_serve.py holds the same cases to the
-real release's own detector."""
+"""Which `sglang serve` command lines are not the LLM server's (sglang/shell/servebackend.py),
+read as SGLang 0.5.23's serve.py reads them; tests/e2e/test_conformance_serve.py holds the
+same cases to the real release's own detector."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.serve import backend, model_path_of, selected_backend, split_args
+from sglang_guard.sglang.launcher import model_path_of, selected_backend, split_args
+from sglang_guard.sglang.shell.servebackend import backend
 
 
 def _dir(tmp_path: Path, name: str, files: dict[str, object]) -> str:

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from sglang_guard.errors import (
@@ -156,21 +157,26 @@ def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
     return with_overrides(cfg, policy, gpu_sm)
 
 
-def _server_args(words: list[str], as_json: bool, echo: Echo) -> list[str]:
+def _server_args(words: list[str], as_json: bool, echo: Echo) -> tuple[list[str], str | None]:
     """The launch_server arguments of a check's words, which may name their launcher
-    (sglang/launcher.py); a `sglang serve` line SGLang would not serve with the LLM server
-    (serve.backend) is said to be unchecked, and check exits 0."""
-    from sglang_guard.sglang.launcher import read_launch  # noqa: PLC0415
+    (sglang/launcher.py), and the interpreter that line runs where it names one by path
+    (a `sglang` script's: the python beside it). A `sglang serve` line SGLang would not
+    serve with the LLM server (sglang/shell/servebackend.py) is said to be unchecked,
+    and check exits 0."""
+    from sglang_guard.sglang.launcher import read_launch, split_args  # noqa: PLC0415
 
     launch = read_launch(words)
+    runner = launch.runner
+    if runner is not None and launch.form == "serve":
+        runner = str(Path(runner).with_name("python"))
     if launch.form != "serve":
-        return list(launch.args)
-    from sglang_guard.serve import backend, split_args  # noqa: PLC0415 - a serve line only
+        return list(launch.args), runner
+    from sglang_guard.sglang.shell.servebackend import backend  # noqa: PLC0415 - serve only
 
     own, server = split_args(launch.args)
     why = backend(own, server)
     if why is None:
-        return list(server)
+        return list(server), runner
     if as_json:
         echo(json.dumps({"checked": False, "why": why, "argv_in": words}, indent=2))
     else:
@@ -193,12 +199,19 @@ def run_check(*, policy: str | None, gpu_sm: str | None, config_path: str | None
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
+    argv, runner = _server_args(sglang_args(cfg, args) if sglang_args is not None
+                                else list(args), as_json, echo)
+    version = sglang_version or cfg.sglang.version
+    # The release that runs: as told (--sglang-version, [sglang] version, --python, [sglang]
+    # python), else that of the interpreter the pasted line names by path.
+    here = runner is not None and Path(runner).is_file()  # not: a line from another host
+    named = python or cfg.sglang.python or (None if version or not here else runner)
     release = resolve_release(
-        version=sglang_version or cfg.sglang.version,
+        version=version,
         version_source="--sglang-version" if sglang_version else "[sglang] version",
-        python=python or cfg.sglang.python)
-    argv = _server_args(sglang_args(cfg, args) if sglang_args is not None else list(args),
-                        as_json, echo)
+        python=named,
+        unknown_why=(f"the command's {runner} is not on this machine" if runner and not here
+                     else "no --python or --sglang-version given"))
     prepared = prepare(cfg.gpu_sm, cfg.policy, argv,
                        state_dir or cfg.state_dir or default_run_state_dir(argv), release)
     decision, inputs = prepared.decision, prepared.inputs

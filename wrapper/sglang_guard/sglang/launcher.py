@@ -9,6 +9,13 @@ words, as a shell line or a unit file's ExecStart= may start):
 - `sglang serve ARGS…` (the `sglang` script, or a path to it) and `sglang-guard serve ARGS…`
   -> `sglang serve`'s arguments, which serve.split_args then reads as SGLang does.
 Anything else is taken as the arguments themselves, as before.
+
+`split_args`, `selected_backend` and `model_path_of` read `sglang serve`'s own arguments as
+SGLang 0.5.23's serve.py reads them before it picks a backend.
+
+`runner` is the launcher's first word where it is a path (`/opt/venv/bin/python3`,
+`/venv/bin/sglang`): the environment the line runs, whose SGLang release `check` then
+decides for when it is told of no other (checkcmd.py).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import Literal
 _PYTHON = re.compile(r"python(?:\d+(?:\.\d+)*)?")
 _ENV_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 _MODULES = ("sglang.launch_server", "sglang_guard.launch_server")
+_SELECTOR = "--model-type"  # sglang/cli/serve.py:30-61 `_extract_model_type_override`
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +38,7 @@ class Launch:
 
     form: Literal["launch_server", "serve", "args"]
     args: tuple[str, ...]
+    runner: str | None = None  # the launcher's first word, where it is a path
 
 
 def _name(word: str) -> str:
@@ -43,10 +52,55 @@ def read_launch(words: Sequence[str]) -> Launch:
         start += 1
     head = [*words[start:start + 3]]
     rest = tuple(words[start:])
+    runner = head[0] if head and "/" in head[0] else None
     if head and _PYTHON.fullmatch(_name(head[0])) and head[1:3] in (["-m", m] for m in _MODULES):
-        return Launch("launch_server", rest[3:])
+        return Launch("launch_server", rest[3:], runner)
     if head and _name(head[0]) == "sglang-guard-launch":
         return Launch("launch_server", rest[1:])
     if len(head) >= 2 and _name(head[0]) in ("sglang", "sglang-guard") and head[1] == "serve":
-        return Launch("serve", rest[2:])
+        return Launch("serve", rest[2:], runner if _name(head[0]) == "sglang" else None)
     return Launch("args", tuple(words))
+
+
+def split_args(args: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(`sglang serve`'s own options, the server arguments), read as serve.py reads them
+    (the selector out, then a positional model path: serve.py:64-68)."""
+    own: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == _SELECTOR and i + 1 < len(args):
+            own += [arg, args[i + 1]]
+            i += 2
+            continue
+        if arg.startswith(f"{_SELECTOR}="):
+            own.append(arg)
+        else:
+            rest.append(arg)
+        i += 1
+    if rest and not rest[0].startswith("-"):  # `sglang serve MODEL …`
+        rest = ["--model-path", rest[0], *rest[1:]]
+    return tuple(own), tuple(rest)
+
+
+def selected_backend(own: Sequence[str]) -> str:
+    """The backend `--model-type` selects ("auto" when none: serve.py:30-61 reads it so)."""
+    chosen = "auto"
+    for i, arg in enumerate(own):
+        if arg == _SELECTOR and i + 1 < len(own):
+            chosen = own[i + 1]
+        elif arg.startswith(f"{_SELECTOR}="):
+            chosen = arg.split("=", 1)[1]
+    return chosen
+
+
+def model_path_of(server_args: Sequence[str]) -> str | None:
+    """The model path as serve.py finds it before parsing (sglang/cli/utils.py:136-149
+    `try_get_model_path`: the first `--model-path`/`--model`, spaced or with `=`)."""
+    for i, arg in enumerate(server_args):
+        if arg in ("--model-path", "--model"):
+            return server_args[i + 1] if i + 1 < len(server_args) else None
+        if arg.startswith(("--model-path=", "--model=")):
+            return arg.split("=", 1)[1]
+    return None
