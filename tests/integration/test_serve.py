@@ -6,6 +6,7 @@ the argv SGLang would see is recorded as it is.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from sglang_guard.errors import EXIT_OK
 from sglang_guard.sglang.launcher import split_args
 from support.guards import guard_toml
 from support.harness import HealthServer, Launcher, count, ready_then_wait, wait_for
+from support.notify import Listener
 from support.pack import PACK_TEXT
 
 
@@ -127,3 +129,37 @@ def test_run_with_a_sglang_serve_launch_hands_a_pipeline_over_too(tmp_path: Path
     assert out.returncode == 5, out.stderr
     assert out.stdout == "diffusion up\n" and "unguarded" in out.stderr
     assert launcher.argvs() == [["serve", *args]]
+
+
+def test_a_handed_over_pipeline_tells_systemd_and_hides_its_socket(tmp_path: Path) -> None:
+    # Under Type=notify the exec'd `sglang serve` keeps the pid and would never send READY=1
+    # or WATCHDOG=1: the guard says the start is done and turns the watchdog off first; the
+    # server does not see systemd's variables (as a guarded child does not).
+    seen = tmp_path / "child-env.json"
+    launcher = Launcher(tmp_path, [[["exit", 0]]])
+    env = _env(tmp_path, launcher, with_launch=False)
+    dump = ("import json, os, sys; open(sys.argv[1], 'w').write(json.dumps(dict(os.environ)));"
+            " os.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
+    script = Path(env["SGLANG_GUARD_PYTHON"]).with_name("sglang")
+    script.write_text(f"#!/bin/sh\nexec {sys.executable} -c {dump!r} {seen} "
+                      f"{launcher.command[1]} \"$@\"\n")
+    pipe = tmp_path / "pipe"
+    pipe.mkdir()
+    (pipe / "model_index.json").write_text('{"_diffusers_version": "0.30.0"}')
+    listener = Listener(tmp_path / "notify.sock")
+    try:
+        env = {**env, "NOTIFY_SOCKET": str(tmp_path / "notify.sock"), "WATCHDOG_USEC": "300000",
+               "WATCHDOG_PID": "1"}
+        out = subprocess.run([sys.executable, "-m", "sglang_guard", "serve", str(pipe)], env=env,
+                             capture_output=True, text=True, timeout=60, check=False)
+        assert out.returncode == 0, out.stderr
+        wait_for(lambda: "READY=1" in listener.fields(), what="READY=1")
+        fields = listener.fields()
+        assert "WATCHDOG_USEC=0" in fields
+        assert any(f.startswith("STATUS=sglang serve runs unguarded") for f in fields)
+    finally:
+        listener.close()
+    child_env = json.loads(seen.read_text())
+    for name in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"):
+        assert name not in child_env, name
+    assert launcher.argvs() == [["serve", str(pipe)]]

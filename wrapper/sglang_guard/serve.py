@@ -74,11 +74,31 @@ def hand_over(serve: Sequence[str], args: Sequence[str]) -> None:
     sys.stderr.write(f"sglang-guard: {why}, which the guard does not check or supervise: "
                      "running `sglang serve` unguarded\n")
     sys.stderr.flush()
+    _tell_systemd(why)
     command = [*serve, *args]
+    from sglang_guard.supervise.shell.supervisor import GUARD_ONLY_ENV  # noqa: PLC0415
+
+    # As for a guarded child: systemd's variables are the guard's own
+    env = {k: v for k, v in os.environ.items() if k not in GUARD_ONLY_ENV}
     try:
-        os.execvp(command[0], command)  # noqa: S606 - an argv, no shell, as SGLang's
+        os.execvpe(command[0], command, env)  # noqa: S606 - an argv, no shell, as SGLang's
     except OSError as exc:
         raise InputError(f"cannot start {command[0]!r}: {exc.strerror or exc}") from exc
+
+
+def _tell_systemd(why: str) -> None:
+    """Under a Type=notify unit (the shipped ones: systemd/), the exec'd `sglang serve` keeps
+    the guard's pid but sends no READY=1 nor WATCHDOG=1: say the start is done, with why in
+    STATUS=, and turn the unit's watchdog off (WATCHDOG_USEC=0: systemd's service.c
+    `service_start_watchdog` stops it for a zero override), or systemd would kill a serving
+    process after TimeoutStartSec= or WatchdogSec=."""
+    from sglang_guard.supervise.shell.notify import Notifier  # noqa: PLC0415
+
+    notifier = Notifier()
+    if notifier.enabled:
+        notifier.send("READY=1", f"STATUS=sglang serve runs unguarded: {why}"[:500],
+                      "WATCHDOG_USEC=0")
+        notifier.close()
 
 
 @guarded
