@@ -44,3 +44,22 @@ def test_the_runner_is_the_launchers_path_only() -> None:
 ])
 def test_anything_else_is_the_arguments_themselves(words: tuple[str, ...]) -> None:
     assert read_launch(words) == Launch("args", tuple(words))
+
+
+@pytest.mark.parametrize(("name", "python"), [
+    ("python", True), ("python3", True), ("python3.11", True), ("python3.11.7", True),
+    ("python3.", False), ("python.3", False), ("pythonw", False), ("py", False),
+    ("python3.1a", False), ("python٣", False), ("ipython", False),
+])
+def test_what_names_a_python(name: str, python: bool) -> None:
+    words = [f"/usr/bin/{name}", "-m", "sglang.launch_server", "--tp", "1"]
+    assert (read_launch(words).form == "launch_server") is python
+
+
+@pytest.mark.parametrize(("word", "env"), [
+    ("A=1", True), ("_X=", True), ("CUDA_VISIBLE_DEVICES=0,1", True), ("A1=b=c", True),
+    ("1A=x", False), ("=x", False), ("A-B=1", False), ("A", False), ("É=1", False),
+])
+def test_what_is_an_environment_word(word: str, env: bool) -> None:
+    words = [word, "python", "-m", "sglang.launch_server", "--tp", "1"]
+    assert (read_launch(words).form == "launch_server") is env
