@@ -5,9 +5,11 @@ same cases to the real release's own detector."""
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
+from huggingface_hub import constants
 
 from sglang_guard.sglang.launcher import model_path_of, selected_backend, split_args
 from sglang_guard.sglang.shell.servebackend import backend
@@ -73,3 +75,33 @@ def test_model_path_of_reads_the_first_spelling_as_sglang_does() -> None:
     assert model_path_of(["--model-path=c"]) == "c"
     assert model_path_of(["--model-path"]) is None
     assert model_path_of(["--model-paths", "x"]) is None
+
+
+def _hub_cache(root: Path, repo: str, index: object) -> Path:
+    """A Hugging Face hub cache holding `repo`'s model_index.json (its on-disk layout)."""
+    base = root / f"models--{repo.replace('/', '--')}"
+    (base / "refs").mkdir(parents=True)
+    (base / "refs" / "main").write_text("0" * 40)
+    snap = base / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True)
+    (snap / "model_index.json").write_text(json.dumps(index))
+    return root
+
+
+def test_a_hub_pipeline_is_read_from_the_cache_or_the_hub(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = _hub_cache(tmp_path / "hub", "org/pipe", {"_diffusers_version": "0.31.0"})
+    _hub_cache(cache, "org/llm-ish", {"_class_name": "x"})
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "on the hub" in (_why(["org/pipe", "--num-gpus", "1"]) or "")
+    assert _why(["org/llm-ish"]) is None
+    assert _why(["org/not-cached"]) is None  # offline: SGLang's fetch fails too -> llm
+    # online but the hub unreachable: one quick refused connection, then the LLM path
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    assert _why(["org/not-cached"]) is None

@@ -39,17 +39,44 @@ def _is_pipeline_dir(directory: Path) -> bool:
     return False
 
 
-def _cached_pipeline_index(repo_id: str) -> Path | None:
-    """The hub model's model_index.json from the local Hugging Face cache, if there."""
+def _hub_pipeline_index(repo_id: str) -> Path | None:
+    """The hub model's model_index.json, as SGLang fetches it (utils.py:124-128: a download
+    of that one file): from the local Hugging Face cache, else downloaded unless offline
+    (HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE) or the hub is unreachable. None: none to read;
+    SGLang, failing to fetch it, takes the LLM path too (utils.py:129-133)."""
     try:
-        from huggingface_hub import try_to_load_from_cache  # noqa: PLC0415
+        from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache  # noqa: PLC0415
     except ImportError:
         return None
     try:
         found = try_to_load_from_cache(repo_id, "model_index.json")
     except ValueError:  # not a repo id
         return None
-    return Path(found) if isinstance(found, str) else None
+    if isinstance(found, str):
+        return Path(found)
+    if found is not None or _offline():  # the cache knows the repo has none; or offline
+        return None
+    import socket  # noqa: PLC0415 - only an uncached hub model needs these
+    from urllib.parse import urlsplit  # noqa: PLC0415
+
+    # One quick connection first, as modelprobe does: huggingface_hub retries a dead network.
+    endpoint = urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname or "huggingface.co",
+                                  endpoint.port or 443), timeout=3).close()
+    except OSError:
+        return None
+    try:
+        return Path(hf_hub_download(repo_id, "model_index.json", etag_timeout=10))
+    except Exception:  # SGLang's own `except Exception` (utils.py:129): not a pipeline
+        return None
+
+
+def _offline() -> bool:
+    import os  # noqa: PLC0415
+
+    return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
+               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def backend(own: Sequence[str], server_args: Sequence[str]) -> str | None:
@@ -58,9 +85,9 @@ def backend(own: Sequence[str], server_args: Sequence[str]) -> str | None:
 
     As SGLang 0.5.23 decides: `--model-type` other than llm/auto selects another backend
     (diffusion, or an installed out-of-tree one: serve_backends.py); under auto, a model
-    directory with a diffusers pipeline index (utils.py:111-112), a hub model whose cached
-    model_index.json is one (utils.py:124-128: SGLang downloads it; the guard reads the
-    local cache only), or an explicit `--pipeline-class-name` (serve.py:113-116; SGLang
+    directory with a diffusers pipeline index (utils.py:111-112), a hub model whose
+    model_index.json is one (utils.py:124-128, `_hub_pipeline_index`), or an explicit
+    `--pipeline-class-name` (serve.py:113-116; SGLang
     checks it against its pipeline registry, which only its diffusion runtime holds).
     """
     chosen = selected_backend(own)
@@ -74,9 +101,9 @@ def backend(own: Sequence[str], server_args: Sequence[str]) -> str | None:
         if local.is_dir():
             if _is_pipeline_dir(local):
                 return f"{path} is a diffusers pipeline (its model index has _diffusers_version)"
-        elif (index := _cached_pipeline_index(path)) is not None and _is_pipeline_dir(
+        elif (index := _hub_pipeline_index(path)) is not None and _is_pipeline_dir(
                 index.parent):
-            return f"{path} is a diffusers pipeline (its cached model_index.json)"
+            return f"{path} is a diffusers pipeline (its model_index.json on the hub)"
     if any(a == "--pipeline-class-name" or a.startswith("--pipeline-class-name=")
            for a in server_args):
         return "--pipeline-class-name names a diffusion pipeline"
