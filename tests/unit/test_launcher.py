@@ -14,6 +14,9 @@ ARGS = ("--model-path", "/m", "--tp", "2")
     ("/opt/venv/bin/python3.11", "-m", "sglang.launch_server"),
     ("CUDA_VISIBLE_DEVICES=0", "NCCL_DEBUG=INFO", "python3", "-m", "sglang.launch_server"),
     ("python", "-m", "sglang_guard.launch_server"), ("/usr/bin/sglang-guard-launch",),
+    ("python3", "-u", "-m", "sglang.launch_server"), ("python", "-X", "dev", "-W", "ignore",
+    "-OO", "-m", "sglang.launch_server"), ("python", "-Xfaulthandler", "-msglang.launch_server"),
+    ("python", "-uB", "-m", "sglang.launch_server"),
 ])
 def test_launch_server_prefixes_are_left_out(prefix: tuple[str, ...]) -> None:
     assert read_launch([*prefix, *ARGS]).args == ARGS
@@ -40,7 +43,10 @@ def test_the_runner_is_the_launchers_path_only() -> None:
 @pytest.mark.parametrize("words", [
     ARGS, (), ("python",), ("python", "-m", "other.module", *ARGS), ("pythonic", "-m",
     "sglang.launch_server"), ("sglang", "generate", *ARGS), ("serve", *ARGS),
-    ("FOO=1", *ARGS), ("--model-path", "python"),
+    ("FOO=1", *ARGS), ("--model-path", "python"), ("python", "-c", "x", "-m",
+    "sglang.launch_server"), ("python", "-u"), ("python", "-X"), ("python", "-m"),
+    ("python", "-mother", *ARGS), ("python", "--help", "-m", "sglang.launch_server"),
+    ("python", "-q", "script.py", "-m", "sglang.launch_server"),
 ])
 def test_anything_else_is_the_arguments_themselves(words: tuple[str, ...]) -> None:
     assert read_launch(words) == Launch("args", tuple(words))

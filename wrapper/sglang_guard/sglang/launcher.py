@@ -60,6 +60,33 @@ def _is_env_word(word: str) -> bool:
     return bool(eq) and bool(name) and name[0] in _NAME_START and set(name) <= _NAME_REST
 
 
+# The interpreter's own options a command line may give before `-m` (python(1)): flags that
+# take no value, and the two that take one (`-X opt`, `-W arg`, or attached: `-Xdev`).
+_PY_FLAGS = frozenset("bBdEiIOqsSuvR")
+_PY_VALUED = ("-X", "-W")
+
+
+def _module_args(words: Sequence[str]) -> tuple[str, ...] | None:
+    """After `python [options] -m MODULE` (`words[0]` the interpreter): the module's
+    arguments when MODULE is launch_server's (or the guard's drop-in), else None."""
+    i = 1
+    while i < len(words) and words[i].startswith("-") and not words[i].startswith("-m"):
+        word = words[i]
+        if word in _PY_VALUED:
+            i += 2
+        elif word[:2] in _PY_VALUED or (len(word) > 1 and set(word[1:]) <= _PY_FLAGS):
+            i += 1
+        else:
+            return None  # an option python(1) takes otherwise (-c, --help): not a launch
+    if i >= len(words):
+        return None
+    if words[i] == "-m" and i + 1 < len(words) and words[i + 1] in _MODULES:
+        return tuple(words[i + 2:])
+    if words[i][2:] in _MODULES and words[i].startswith("-m"):  # -msglang.launch_server
+        return tuple(words[i + 1:])
+    return None
+
+
 def read_launch(words: Sequence[str]) -> Launch:
     """The launcher `words` start with, if any, and the arguments after it."""
     start = 0
@@ -68,8 +95,10 @@ def read_launch(words: Sequence[str]) -> Launch:
     head = [*words[start:start + 3]]
     rest = tuple(words[start:])
     runner = head[0] if head and "/" in head[0] else None
-    if head and _is_python(_name(head[0])) and head[1:3] in (["-m", m] for m in _MODULES):
-        return Launch("launch_server", rest[3:], runner)
+    if head and _is_python(_name(head[0])):
+        after = _module_args(rest)
+        if after is not None:
+            return Launch("launch_server", after, runner)
     if head and _name(head[0]) == "sglang-guard-launch":
         return Launch("launch_server", rest[1:])
     if len(head) >= 2 and _name(head[0]) in ("sglang", "sglang-guard") and head[1] == "serve":
