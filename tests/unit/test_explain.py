@@ -190,6 +190,22 @@ def test_explain_with_the_command_line_names_the_one_flag_change(files: Files) -
     assert doc["fix"]["rule"] == "mem-low" and doc["fix"]["new_value"] == "0.8"
 
 
+def test_explain_reads_a_pasted_launcher_as_check_does(files: Files) -> None:
+    log, config, _ = files
+    runner = CliRunner()
+    bare = ["--model-path", "m", "--attention-backend", "fa3"]
+    said = {runner.invoke(main, ["explain", "--config", str(config), str(log), "--", *words]
+                          ).output
+            for words in (bare, ["python3", "-m", "sglang.launch_server", *bare],
+                          ["CUDA_VISIBLE_DEVICES=0", "sglang", "serve", "m", *bare[2:]])}
+    assert len(said) == 1
+    assert "fix: drop --attention-backend fa3 (fa3-sm)" in said.pop()
+    doc = json.loads(runner.invoke(main, ["explain", "--config", str(config), "--json", "--argv",
+                                          "python -m sglang.launch_server --model-path m",
+                                          str(log)]).output)
+    assert doc["fix"]["rule"] == "mem-low"
+
+
 def test_explain_without_a_command_line_names_no_fix(files: Files) -> None:
     log, config, _ = files
     result = CliRunner().invoke(main, ["explain", "--config", str(config), "--json", str(log)])

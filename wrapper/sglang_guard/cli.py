@@ -166,7 +166,7 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
     from sglang_guard.sglang.redact import redact_record, redact_text, redact_value  # noqa: PLC0415
 
     cfg = load_config(config_path, None, None)
-    argv = [*shlex.split(argv_text or ""), *args]
+    argv = _launch_args([*shlex.split(argv_text or ""), *args])
     with_argv = argv_text is not None or bool(args)
     matcher = Matcher(load_packs(cfg))  # the packs, read and checked once for both uses
     matches = explain_log(logfile, cfg, matcher)  # one streamed pass, bounded memory
@@ -186,6 +186,15 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
         click.echo(printable(redact_text(m.render())))
     if with_argv:
         click.echo(printable(redact_text(render_fix(fix))))
+
+
+def _launch_args(words: list[str]) -> list[str]:
+    """The launch_server arguments of a pasted command line (as `check` reads it:
+    sglang/launcher.py), for `explain`'s flag change."""
+    from sglang_guard.sglang.launcher import read_launch, split_args  # noqa: PLC0415
+
+    launch = read_launch(words)
+    return list(split_args(launch.args)[1] if launch.form == "serve" else launch.args)
 
 
 @main.group()
