@@ -65,6 +65,11 @@ def test_a_serve_line_for_another_backend_is_unchecked(tmp_path: Path) -> None:
         assert code == 0, err
         said = json.loads(out)
         assert said["checked"] is False and said["argv_in"] == words
+    # the line is answered as given, its secrets masked as in every decision
+    code, out, _ = _check(["sglang", "serve", str(pipe), "--api-key", "sk-abcdef123456",
+                           "--admin-api-key=topsecret99"], tmp_path)
+    assert code == 0 and "sk-abcdef123456" not in out and "topsecret99" not in out
+    assert json.loads(out)["argv_in"][3:] == ["--api-key", "***", "--admin-api-key=***"]
     # the same directory under launch_server is the LLM server's, which cannot read it
     code, _, err = _check(["python", "-m", "sglang.launch_server", "--model-path", str(pipe)],
                           tmp_path)

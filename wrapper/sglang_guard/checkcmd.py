@@ -177,8 +177,12 @@ def _server_args(words: list[str], as_json: bool, echo: Echo) -> tuple[list[str]
     why = backend(own, server)
     if why is None:
         return list(server), runner
-    if as_json:
-        echo(json.dumps({"checked": False, "why": why, "argv_in": words}, indent=2))
+    if as_json:  # the line as given, its secrets masked as in every decision (ui.py)
+        from sglang_guard.sglang.redact import redact_argv  # noqa: PLC0415
+        from sglang_guard.sglang.releases import load_option_table  # noqa: PLC0415
+
+        shown = redact_argv(words, load_option_table())  # the newest release's secret flags
+        echo(json.dumps({"checked": False, "why": why, "argv_in": shown}, indent=2))
     else:
         echo(f"not checked: {why}; `sglang serve` runs it with that backend, whose flags "
              "and errors the guard has no table of")
