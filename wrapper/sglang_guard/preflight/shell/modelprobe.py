@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sglang_guard.common.sha import sha256
+from sglang_guard.common.shell import hub
 from sglang_guard.common.shell.files import read_bytes, write_atomic
 from sglang_guard.config.limits import MAX_JSON_BYTES, LimitError, check_json
 from sglang_guard.errors import InputError, ModelError
@@ -246,20 +247,11 @@ def _hub_config_bytes(repo_id: str, revision: str | None) -> tuple[bytes | None,
     cached = try_to_load_from_cache(repo_id, "config.json", revision=revision)
     if isinstance(cached, str):
         return read_bytes(cached), ""
-    offline = any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
-                  for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-    if offline:
+    if hub.offline():
         return None, "offline and not in the local Hugging Face cache"
-    import socket  # noqa: PLC0415 - only a hub download needs these
-    from urllib.parse import urlsplit  # noqa: PLC0415
-
-    # One quick connection first: huggingface_hub retries a dead network for ~20 s, loudly.
-    endpoint = urlsplit(constants.ENDPOINT)
-    try:
-        socket.create_connection((endpoint.hostname or "huggingface.co",
-                                  endpoint.port or 443), timeout=3).close()
-    except OSError:
-        return None, f"{endpoint.hostname} is unreachable and the model is not in the local cache"
+    host = hub.unreachable(constants.ENDPOINT)
+    if host is not None:
+        return None, f"{host} is unreachable and the model is not in the local cache"
     # SGLang would download this model at start; fetching its config.json first is the
     # smallest part of what it would fetch anyway.
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]

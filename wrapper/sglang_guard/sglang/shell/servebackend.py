@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from sglang_guard.common.shell import hub
 from sglang_guard.sglang.launcher import model_path_of, selected_backend
 
 # Which files make a local directory a diffusers pipeline, for SGLang 0.5.23's `sglang serve`
@@ -54,29 +55,13 @@ def _hub_pipeline_index(repo_id: str) -> Path | None:
         return None
     if isinstance(found, str):
         return Path(found)
-    if found is not None or _offline():  # the cache knows the repo has none; or offline
-        return None
-    import socket  # noqa: PLC0415 - only an uncached hub model needs these
-    from urllib.parse import urlsplit  # noqa: PLC0415
-
-    # One quick connection first, as modelprobe does: huggingface_hub retries a dead network.
-    endpoint = urlsplit(constants.ENDPOINT)
-    try:
-        socket.create_connection((endpoint.hostname or "huggingface.co",
-                                  endpoint.port or 443), timeout=3).close()
-    except OSError:
+    # The cache knows the repo has none; or offline; or the hub is not there.
+    if found is not None or hub.offline() or hub.unreachable(constants.ENDPOINT) is not None:
         return None
     try:
         return Path(hf_hub_download(repo_id, "model_index.json", etag_timeout=10))
     except Exception:  # SGLang's own `except Exception` (utils.py:129): not a pipeline
         return None
-
-
-def _offline() -> bool:
-    import os  # noqa: PLC0415
-
-    return any(os.environ.get(v, "").upper() in ("1", "ON", "YES", "TRUE")
-               for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def backend(own: Sequence[str], server_args: Sequence[str]) -> str | None:
