@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sglang_guard.sglang.launcher import Launch, read_launch
+from sglang_guard.sglang.launcher import Launch, is_serve_launch, read_launch
 
 ARGS = ("--model-path", "/m", "--tp", "2")
 
@@ -69,3 +69,20 @@ def test_what_names_a_python(name: str, python: bool) -> None:
 def test_what_is_an_environment_word(word: str, env: bool) -> None:
     words = [word, "python", "-m", "sglang.launch_server", "--tp", "1"]
     assert (read_launch(words).form == "launch_server") is env
+
+
+def test_split_gives_serves_own_options_only_for_a_serve_line() -> None:
+    assert read_launch(["sglang", "serve", "/m", "--model-type", "llm", "--tp", "2"]).split() == (
+        ("--model-type", "llm"), ("--model-path", "/m", "--tp", "2"))
+    assert read_launch(["python", "-m", "sglang.launch_server", "--model-type", "x"]).split() == (
+        (), ("--model-type", "x"))  # launch_server's parser judges it: not serve's selector
+
+
+@pytest.mark.parametrize(("launch", "serve"), [
+    (("sglang", "serve"), True), (("/opt/v/bin/sglang", "serve"), True),
+    (("env", "A=1", "/v/bin/sglang", "serve"), True), ((), False), (("serve",), False),
+    (("sglang-guard", "serve"), False), (("python", "-m", "sglang.launch_server"), False),
+    (("sglang", "serve", "--tp"), False),
+])
+def test_is_serve_launch(launch: tuple[str, ...], serve: bool) -> None:
+    assert is_serve_launch(launch) is serve

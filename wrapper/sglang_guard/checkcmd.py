@@ -163,17 +163,17 @@ def _server_args(words: list[str], as_json: bool, echo: Echo) -> tuple[list[str]
     (a `sglang` script's: the python beside it). A `sglang serve` line SGLang would not
     serve with the LLM server (sglang/shell/servebackend.py) is said to be unchecked,
     and check exits 0."""
-    from sglang_guard.sglang.launcher import read_launch, split_args  # noqa: PLC0415
+    from sglang_guard.sglang.launcher import read_launch  # noqa: PLC0415
 
     launch = read_launch(words)
+    own, server = launch.split()
     runner = launch.runner
-    if runner is not None and launch.form == "serve":
-        runner = str(Path(runner).with_name("python"))
     if launch.form != "serve":
-        return list(launch.args), runner
+        return list(server), runner
+    if runner is not None:  # the `sglang` script's environment
+        runner = str(Path(runner).with_name("python"))
     from sglang_guard.sglang.shell.servebackend import backend  # noqa: PLC0415 - serve only
 
-    own, server = split_args(launch.args)
     why = backend(own, server)
     if why is None:
         return list(server), runner

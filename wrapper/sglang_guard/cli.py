@@ -108,11 +108,12 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
         return with_overrides(fresh, policy, gpu_sm)
 
     argv = sglang_args(cfg, args)
-    if cfg.sglang.launch and cfg.sglang.launch[-1] == "serve":
-        from sglang_guard.serve import hand_over, is_serve_launch  # noqa: PLC0415
+    from sglang_guard.sglang.launcher import is_serve_launch  # noqa: PLC0415
 
-        if is_serve_launch(cfg.sglang.launch):  # a diffusion pipeline is SGLang's alone
-            hand_over(cfg.sglang.launch, argv)
+    if is_serve_launch(cfg.sglang.launch):  # a diffusion pipeline is SGLang's alone
+        from sglang_guard.serve import hand_over  # noqa: PLC0415
+
+        hand_over(cfg.sglang.launch, argv)
     run_process(cfg, argv, python=python, state_dir=state_dir,
                 preflight=not no_preflight, log_format=log_format, argv_from_config=not args,
                 overrides=overrides)
@@ -191,10 +192,9 @@ def explain(as_json: bool, config_path: str | None, show_all: bool, argv_text: s
 def _launch_args(words: list[str]) -> list[str]:
     """The launch_server arguments of a pasted command line (as `check` reads it:
     sglang/launcher.py), for `explain`'s flag change."""
-    from sglang_guard.sglang.launcher import read_launch, split_args  # noqa: PLC0415
+    from sglang_guard.sglang.launcher import read_launch  # noqa: PLC0415
 
-    launch = read_launch(words)
-    return list(split_args(launch.args)[1] if launch.form == "serve" else launch.args)
+    return list(read_launch(words).split()[1])
 
 
 @main.group()

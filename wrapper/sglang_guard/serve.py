@@ -60,11 +60,6 @@ def main(args: Sequence[str]) -> None:
     _serve(list(args))
 
 
-def is_serve_launch(launch: Sequence[str]) -> bool:
-    """Whether a configured launch command is `sglang serve` (`[sglang] launch`)."""
-    return len(launch) >= 2 and launch[-1] == "serve" and Path(launch[-2]).name == "sglang"
-
-
 def hand_over(serve: Sequence[str], args: Sequence[str]) -> None:
     """Exec `serve` (a `sglang serve` command) with `args` as written when SGLang would not
     serve them with the LLM server (`backend`), saying why in one line; else return."""

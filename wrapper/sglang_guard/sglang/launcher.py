@@ -41,6 +41,11 @@ class Launch:
     args: tuple[str, ...]
     runner: str | None = None  # the launcher's first word, where it is a path
 
+    def split(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(`sglang serve`'s own options, the launch_server arguments): `split_args` for a
+        serve line, none of its own otherwise."""
+        return split_args(self.args) if self.form == "serve" else ((), self.args)
+
 
 def _name(word: str) -> str:
     return word.rsplit("/", 1)[-1]
@@ -85,6 +90,11 @@ def _module_args(words: Sequence[str]) -> tuple[str, ...] | None:
     if words[i][2:] in _MODULES and words[i].startswith("-m"):  # -msglang.launch_server
         return tuple(words[i + 1:])
     return None
+
+
+def is_serve_launch(launch: Sequence[str]) -> bool:
+    """Whether a configured launch command (`[sglang] launch`) is `sglang serve`."""
+    return len(launch) >= 2 and launch[-1] == "serve" and _name(launch[-2]) == "sglang"
 
 
 def read_launch(words: Sequence[str]) -> Launch:
