@@ -57,7 +57,8 @@ def main() -> None:
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option("--state-dir", default=None, help="Where derived SGLang YAML files are named.")
 @click.option("--sglang-version", default=None, metavar="V",
-              help="Decide for this SGLang release (default: --python's, else the newest table).")
+              help="Decide for this SGLang release (default: --python's, else that of the "
+                   "interpreter a pasted command names by path, else the newest table).")
 @click.option("--python", "python", default=None, metavar="PATH",
               help="Read the SGLang release from this interpreter's installed package.")
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)
@@ -67,8 +68,14 @@ def check(*, policy: str | None, gpu_sm: str | None, config_path: str | None, as
           args: tuple[str, ...]) -> None:
     """Show what preflight decides for an SGLang command line, without launching.
 
-    Exit status: 0 ok, 1 remediated, 78 refused, 2 bad usage or input (also: rejected, a
-    command line the release's own parser rejects), 69 --python has no SGLang.
+    The words after `--` may be a whole command line (`python3 -m sglang.launch_server …`,
+    `sglang serve MODEL …`): its launcher is left out, and an interpreter named by path
+    decides the release. A `sglang serve` line SGLang serves with another backend (a
+    diffusion pipeline) is not checked.
+
+    Exit status: 0 ok (or not checked), 1 remediated, 78 refused, 2 bad usage or input
+    (also: rejected, a command line the release's own parser rejects), 69 --python has no
+    SGLang.
     """
     run_check(policy=policy, gpu_sm=gpu_sm, config_path=config_path, as_json=as_json,
               state_dir=state_dir, sglang_version=sglang_version, python=python, args=args,
