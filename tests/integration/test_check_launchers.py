@@ -5,11 +5,15 @@ be unchecked (exit 0). Whole processes, plain and through click."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -74,3 +78,63 @@ def test_a_serve_line_for_another_backend_is_unchecked(tmp_path: Path) -> None:
     code, _, err = _check(["python", "-m", "sglang.launch_server", "--model-path", str(pipe)],
                           tmp_path)
     assert code == 2 and "has no config.json" in err
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """A Hugging Face hub of one diffusers repo (org/pipe), as huggingface_hub downloads it:
+    HEAD then GET of /<repo>/resolve/<revision>/<file>; anything else is not there."""
+
+    BODY = json.dumps({"_diffusers_version": "0.31.0"}).encode()
+    asked: ClassVar[list[str]] = []
+
+    def _answer(self) -> bool:
+        self.asked.append(f"{self.command} {self.path}")
+        found = self.path == "/org/pipe/resolve/main/model_index.json"
+        self.send_response(200 if found else 404)
+        if found:
+            self.send_header("ETag", '"fake-etag"')
+            self.send_header("X-Repo-Commit", "a" * 40)
+        else:
+            self.send_header("X-Error-Code", "EntryNotFound")
+        self.send_header("Content-Length", str(len(self.BODY) if found else 0))
+        self.end_headers()
+        return found
+
+    def do_HEAD(self) -> None:
+        self._answer()
+
+    def do_GET(self) -> None:
+        if self._answer():
+            self.wfile.write(self.BODY)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def hub() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)  # a free port
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_an_uncached_hub_pipeline_is_fetched_as_sglang_fetches_it(hub: str, tmp_path: Path
+                                                                  ) -> None:
+    # Online and not in the local cache: model_index.json, the one file SGLang's serve
+    # downloads to decide (sglang/cli/utils.py:124-128), is fetched from the hub.
+    _Hub.asked.clear()
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE",
+                                                          "TRANSFORMERS_OFFLINE")}
+    env |= {"HF_ENDPOINT": hub, "HF_HOME": str(tmp_path / "hf"),
+            "SGLANG_GUARD_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", "sglang_guard", "check", "--json", "--",
+                           "sglang", "serve", "org/pipe", "--num-gpus", "1"], env=env,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    said = json.loads(done.stdout)
+    assert said["checked"] is False and "on the hub" in said["why"]
+    assert "GET /org/pipe/resolve/main/model_index.json" in _Hub.asked
