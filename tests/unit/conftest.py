@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sglang_guard.rules import linescan
 from sglang_guard.sglang.options import OptionTable
 from sglang_guard.sglang.releases import load_option_table
 
@@ -36,3 +37,15 @@ def options() -> OptionTable:
     return load_option_table()
 
 
+
+
+@pytest.fixture(params=["c", "regex"])
+def both_searches(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test once with the traceback tracker's C line search and once with its regexes
+    (rules/linescan.py): modules that hold the reader to a per-line pass use it for all their
+    tests (`pytestmark = pytest.mark.usefixtures("both_searches")`)."""
+    if request.param == "regex":
+        monkeypatch.setattr(linescan, "first_line", None)
+    elif not linescan.compiled:
+        pytest.skip("the C line search is not built here")
+    return str(request.param)

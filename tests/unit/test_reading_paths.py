@@ -41,6 +41,9 @@ from sglang_guard.supervise.replay import Replay, env_for
 from sglang_guard.supervise.shell import child
 from sglang_guard.supervise.shell.supervisor import Supervisor
 
+# Every test here runs on both of the tracker's line searches (C and regex: conftest.py).
+pytestmark = pytest.mark.usefixtures("both_searches")
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 PACKS = load_default_packs()
 FAST = Matcher(PACKS)

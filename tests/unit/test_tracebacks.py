@@ -12,6 +12,9 @@ from sglang_guard.rules.linereader import Hits, LineReader
 from sglang_guard.rules.logline import clean, is_exception_line
 from sglang_guard.rules.rules import Matcher, load_default_packs
 
+# Every test here runs on both of the tracker's line searches (C and regex: conftest.py).
+pytestmark = pytest.mark.usefixtures("both_searches")
+
 LOGS = sorted((Path(__file__).resolve().parents[1] / "data" / "sglang-logs").glob("*.log"))
 
 TS = "[2026-11-29 16:50:40 TP0]"

@@ -6,7 +6,10 @@ is a single `find`, one decode and one `rstrip`.
 
 from __future__ import annotations
 
+import contextlib
 import re
+
+from sglang_guard.rules import linescan
 
 LINE_CAP = 64 * 1024  # bytes of a line kept for matching; the rest is passed through only
 
@@ -127,6 +130,14 @@ def quotes_closed(line: str) -> bool:
     """Whether every quote `line` opens is closed on it (repr and JSON quoting): SGLang's
     request records always are, as repr and JSON escape newlines; one that is not (a line
     cut at the cap, a text printed raw) continues on the lines after it."""
+    if linescan.quotes_closed is not None:
+        with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: read below
+            return linescan.quotes_closed(line)
+    return _quotes_closed(line)
+
+
+def _quotes_closed(line: str) -> bool:
+    """`quotes_closed` in Python: from one quote or backslash to the next."""
     at, size = 0, len(line)
     while (special := _OUTSIDE.search(line, at)) is not None:
         at = special.start()

@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
+from sglang_guard.rules import linescan
 from sglang_guard.rules.blockscan import FirstLine
 from sglang_guard.rules.logline import (
     clean,
@@ -138,7 +139,7 @@ def prepare(cap: int) -> None:
     """Compile (or load) the frames' Hyperscan set and the candidates' regexes now, not in
     a reader thread at the first traceback (rules/rules.Matcher.prepare_scan calls it)."""
     _candidates(cap)
-    if _FRAMES_FAST.compile():
+    if linescan.first_line is None and _FRAMES_FAST.compile():  # C needs neither
         _FRAMES_FAST.start(b"x\n", 0, 2)  # its pages touched: the first real scan is warm
 
 
@@ -169,6 +170,22 @@ def _next_line(patterns: tuple[re.Pattern[bytes], re.Pattern[bytes]], block: byt
     return -1 if found is None else found.start() + 1
 
 
+def _first_line(kind: int, block: bytes, span: tuple[int, int], cap: int,
+                candidates: _Candidates) -> int:
+    """`_next_line` of the frames' (linescan.FRAMES) or the message's candidates over
+    `block[start:end]`: in C where built (rules/linescan.py, the same answer), else on
+    Hyperscan (a superset) or the regexes."""
+    start, end = span
+    if linescan.first_line is not None:
+        return linescan.first_line(block, start, end, kind, cap)
+    line = _FRAMES_FAST.start(block, start, end) if (
+        kind == linescan.FRAMES and cap >= _FAST_CAP) else None
+    if line is None:
+        line = _next_line(candidates.frames if kind == linescan.FRAMES
+                          else candidates.message, block, start, end)
+    return line
+
+
 def _line_at(block: bytes, start: int, end: int, cap: int) -> tuple[int, str]:
     """The end (its newline) and the cleaned head of the line at `start`."""
     stop = block.find(b"\n", start, end)
@@ -191,11 +208,8 @@ def advance(state: str, block: bytes, span: tuple[int, int], cap: int,
     while start < end:
         if state not in (TRACEBACK, MESSAGE):
             return _after_last_record(state, block, (start, end), cap, exceptions)
-        line = _FRAMES_FAST.start(block, start, end) if (
-            state == TRACEBACK and cap >= _FAST_CAP) else None
-        if line is None:
-            line = _next_line(candidates.frames if state == TRACEBACK else candidates.message,
-                              block, start, end)
+        kind = linescan.FRAMES if state == TRACEBACK else linescan.MESSAGE
+        line = _first_line(kind, block, (start, end), cap, candidates)
         if line < 0:
             return state
         stop, text = _line_at(block, line, end, cap)
@@ -225,7 +239,9 @@ def _after_last_record(state: str, block: bytes, span: tuple[int, int], cap: int
             break
         at = nl
     while state == UNKNOWN and start < end:
-        line = _next_line(_candidates(cap).blank, block, start, end)
+        line = (_next_line(_candidates(cap).blank, block, start, end)
+                if linescan.first_line is None
+                else linescan.first_line(block, start, end, linescan.BLANK, cap))
         if line < 0:
             break
         stop, text = _line_at(block, line, end, cap)

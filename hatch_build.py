@@ -1,0 +1,61 @@
+"""The wheel's build hook: compiles rules/_linescan.c, the traceback tracker's line search.
+
+It is an accelerator, not a requirement: where no C compiler or Python headers are found the
+build goes on without it (one warning on stderr) and the guard uses its regexes for the same
+answers (rules/linescan.py). The module is built against the limited API of Python 3.11
+(abi3), so one wheel serves every later Python on the platform.
+
+The module is written beside its source, where an editable install (`pip install -e .`,
+scripts/test) imports it, and put into a regular wheel under the same name.
+"""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+SOURCE = Path("wrapper/sglang_guard/rules/_linescan.c")
+TARGET = SOURCE.with_name("_linescan.abi3.so")
+IN_WHEEL = "sglang_guard/rules/_linescan.abi3.so"
+
+
+def compile_module(root: Path) -> Path | None:
+    """Build the module beside its source; its path, or None (with a warning) if it cannot be
+    built here."""
+    source, target = root / SOURCE, root / TARGET
+    cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
+    include = sysconfig.get_paths()["include"]
+    command = [*cc, "-shared", "-fPIC", "-O2", "-Wall", "-I", include, str(source),
+               "-o", str(target)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"sglang-guard: the C line search is not built ({exc}); the regexes serve",
+              file=sys.stderr)
+        return None
+    if done.returncode != 0:
+        print("sglang-guard: the C line search is not built; the regexes serve:\n"
+              + done.stderr[-2000:], file=sys.stderr)
+        target.unlink(missing_ok=True)
+        return None
+    return target
+
+
+class CustomBuildHook(BuildHookInterface):  # type: ignore[misc]
+    """hatchling calls `initialize` before it builds a wheel or an editable wheel."""
+
+    def initialize(self, version: str, build_data: dict[str, Any]) -> None:
+        built = compile_module(Path(self.root))
+        if built is None or version == "editable":
+            return  # editable: the module sits beside its source, on the package's path
+        build_data["force_include"][str(built)] = IN_WHEEL
+        build_data["pure_python"] = False
+        platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")
+        build_data["tag"] = f"cp311-abi3-{platform}"

@@ -1,0 +1,44 @@
+"""The traceback tracker's line search, compiled where it could be built.
+
+`first_line(block, start, end, kind, cap)`: where the first line of `block[start:end]` (whole
+lines) that `kind` takes starts (-1: none), exactly as rules/tracebacks.py's byte regexes
+answer (`_next_line`): FRAMES (a line that may end a traceback's frames: exception-shaped, a
+request record or blank), MESSAGE (a record or blank) and BLANK. The C module
+(`_linescan.c`, built by the wheel's build hook, hatch_build.py) reads each line's head and
+finds newlines with memchr: over the bench's log mix, which sits in a traceback, ~0.02 CPU s
+per million lines (~10 GB/s) where Hyperscan's set took ~0.10 and the regexes more
+(bench/README.md, fourth round).
+
+The module also answers rules/logline.quotes_closed (`quotes_closed`), the request records'
+quote check. `compiled` says whether it is there. Without it (no C compiler at install, a
+platform it was not built for, SGLANG_GUARD_PURE=1) the tracker keeps its regexes and
+quotes_closed its Python: the same answers, slower.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from types import ModuleType
+
+FRAMES, MESSAGE, BLANK = 0, 1, 2
+
+Search = Callable[[bytes, int, int, int, int], int]
+
+
+def _load() -> ModuleType | None:
+    if os.environ.get("SGLANG_GUARD_PURE") == "1":
+        return None
+    try:
+        from sglang_guard.rules import _linescan  # noqa: PLC0415
+    except ImportError:
+        return None
+    return _linescan
+
+
+_module = _load()
+compiled = _module is not None
+first_line: Search | None = None if _module is None else _module.first_line
+# rules/logline.quotes_closed in C (a str with a lone surrogate raises UnicodeEncodeError:
+# read it in Python).
+quotes_closed: Callable[[str], bool] | None = None if _module is None else _module.quotes_closed
