@@ -8,6 +8,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shlex
 import subprocess
 import sys
 import threading
@@ -51,6 +52,34 @@ def test_a_launcher_prefix_decides_as_the_bare_arguments(prefix: list[str], tmp_
         assert source == bare_doc.pop("sglang_version_source") or (
             "is not on this machine" in source)
         assert doc == bare_doc
+
+
+@pytest.mark.parametrize("prefix", [
+    [], ["HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123456789", "python3", "-m",
+         "sglang.launch_server"],
+    ["sglang", "serve", "--model-type", "llm"], ["/usr/bin/sglang-guard-launch"],
+])
+def test_the_fixed_command_starts_with_the_checked_lines_launcher(prefix: list[str],
+                                                                   tmp_path: Path) -> None:
+    """The human report's "command" line is the pasted line's own launcher (a token in an
+    environment word masked) and the fixed arguments, ready to run as it was."""
+    pytest.importorskip("transformers")
+    env = {**os.environ, "SGLANG_GUARD_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1",
+           "TRANSFORMERS_VERBOSITY": "error"}
+    done = subprocess.run([sys.executable, "-m", "sglang_guard", "check", "--gpu-sm", "90",
+                           "--", *prefix, *BARE], env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 1, done.stderr
+    command = next(line for line in done.stdout.splitlines() if line.startswith("command"))
+    words = shlex.split(command.removeprefix("command"))
+    fixed = json.loads(_check(BARE, tmp_path)[1])["argv_out"]
+    head = prefix or ["python", "-m", "sglang.launch_server"]
+    if prefix[:1] and prefix[0].startswith("HF_TOKEN="):
+        assert "hf_abc" not in done.stdout
+        head = [words[0], *prefix[1:]]  # masked
+        assert words[0].startswith("HF_TOKEN=")
+    assert words == [*head, *fixed]
+    assert "cutedsl_mla" not in words
 
 
 def test_serve_reads_its_positional_model_and_selector(tmp_path: Path) -> None:

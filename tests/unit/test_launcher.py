@@ -86,3 +86,27 @@ def test_split_gives_serves_own_options_only_for_a_serve_line() -> None:
 ])
 def test_is_serve_launch(launch: tuple[str, ...], serve: bool) -> None:
     assert is_serve_launch(launch) is serve
+
+
+@pytest.mark.parametrize(("words", "head"), [
+    (ARGS, ("python", "-m", "sglang.launch_server")),
+    (("python3", "-u", "-m", "sglang.launch_server", *ARGS),
+     ("python3", "-u", "-m", "sglang.launch_server")),
+    (("CUDA_VISIBLE_DEVICES=0", "/opt/v/bin/python3", "-m", "sglang.launch_server", *ARGS),
+     ("CUDA_VISIBLE_DEVICES=0", "/opt/v/bin/python3", "-m", "sglang.launch_server")),
+    (("/usr/bin/sglang-guard-launch", *ARGS), ("/usr/bin/sglang-guard-launch",)),
+    (("sglang", "serve", "/m", "--model-type", "llm", "--tp", "2"),
+     ("sglang", "serve", "--model-type", "llm")),
+    (("HF_HOME=/x", "sglang-guard", "serve", "--model-type=auto", "/m"),
+     ("HF_HOME=/x", "sglang-guard", "serve", "--model-type=auto")),
+])
+def test_a_fixed_line_starts_as_the_checked_one_did(words: tuple[str, ...],
+                                                    head: tuple[str, ...]) -> None:
+    """`check`'s "command" line: the launcher the user gave, then the server arguments."""
+    launch = read_launch(words)
+    assert launch.head() == head
+    # the fixed line reads back as the same launch with those server arguments
+    own, server = launch.split()
+    again = read_launch([*launch.head(), *server])
+    assert again.split() == (own, server)
+    assert again.head() == launch.head()

@@ -157,26 +157,27 @@ def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
     return with_overrides(cfg, policy, gpu_sm)
 
 
-def _server_args(words: list[str], as_json: bool, echo: Echo) -> tuple[list[str], str | None]:
+def _server_args(words: list[str], as_json: bool, echo: Echo
+                 ) -> tuple[list[str], str | None, tuple[str, ...]]:
     """The launch_server arguments of a check's words, which may name their launcher
-    (sglang/launcher.py), and the interpreter that line runs where it names one by path
-    (a `sglang` script's: the python beside it). A `sglang serve` line SGLang would not
-    serve with the LLM server (sglang/shell/servebackend.py) is said to be unchecked,
-    and check exits 0."""
+    (sglang/launcher.py), the interpreter that line runs where it names one by path
+    (a `sglang` script's: the python beside it), and the words the fixed line starts with
+    (Launch.head). A `sglang serve` line SGLang would not serve with the LLM server
+    (sglang/shell/servebackend.py) is said to be unchecked, and check exits 0."""
     from sglang_guard.sglang.launcher import read_launch  # noqa: PLC0415
 
     launch = read_launch(words)
     own, server = launch.split()
     runner = launch.runner
     if launch.form != "serve":
-        return list(server), runner
+        return list(server), runner, launch.head()
     if runner is not None:  # the `sglang` script's environment
         runner = str(Path(runner).with_name("python"))
     from sglang_guard.sglang.shell.servebackend import backend  # noqa: PLC0415 - serve only
 
     why = backend(own, server)
     if why is None:
-        return list(server), runner
+        return list(server), runner, launch.head()
     if as_json:  # the line as given, its secrets masked as in every decision (ui.py)
         from sglang_guard.sglang.redact import redact_argv  # noqa: PLC0415
         from sglang_guard.sglang.releases import load_option_table  # noqa: PLC0415
@@ -203,8 +204,8 @@ def run_check(*, policy: str | None, gpu_sm: str | None, config_path: str | None
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
-    argv, runner = _server_args(sglang_args(cfg, args) if sglang_args is not None
-                                else list(args), as_json, echo)
+    argv, runner, head = _server_args(sglang_args(cfg, args) if sglang_args is not None
+                                      else list(args), as_json, echo)
     version = sglang_version or cfg.sglang.version
     # The release that runs: as told (--sglang-version, [sglang] version, --python, [sglang]
     # python), else that of the interpreter the pasted line names by path.
@@ -230,7 +231,7 @@ def run_check(*, policy: str | None, gpu_sm: str | None, config_path: str | None
         doc = decision_json(decision, inputs)
         echo(json.dumps({**doc, "fleet": fleet} if fleet else doc, indent=2))
     else:
-        echo(render_decision(decision, inputs))
+        echo(render_decision(decision, inputs, head))
         for line in fleet["lines"] if fleet else ():
             echo(line)
     verdict = decision.verdict

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from sglang_guard.sglang.redact import (
@@ -46,8 +47,10 @@ def decision_json(decision: Decision, inputs: Inputs) -> dict[str, Any]:
     }
 
 
-def render_decision(decision: Decision, inputs: Inputs) -> str:
-    """A short human report: what was found, why, and the command line to run."""
+def render_decision(decision: Decision, inputs: Inputs,
+                    head: Sequence[str] = ("python", "-m", "sglang.launch_server")) -> str:
+    """A short human report: what was found, why, and the command line to run, starting
+    with `head` (the checked line's own launcher: sglang/launcher.Launch.head)."""
     model, gpu, table = inputs.model, inputs.gpu, inputs.options
     archs = ", ".join(model.architectures) or "?"
     lines = [redact_text(f"model     {model.path}  [{archs}]  attention: {model.attention_arch}")]
@@ -82,6 +85,7 @@ def render_decision(decision: Decision, inputs: Inputs) -> str:
         lines.append(f"derived   {decision.derived_path} (your YAML minus/with the fixed keys; "
                      "`run` writes it, `check` only names it)")
     lines.append(f"verdict   {decision.verdict}")
-    argv = ["python", "-m", "sglang.launch_server", *redact_argv(decision.argv_out, table)]
-    lines.append("command   " + shlex.join(argv))
+    # The head's environment words may hold a token (HF_TOKEN=...): masked as free text.
+    shown = [redact_text(word) for word in head]
+    lines.append("command   " + shlex.join([*shown, *redact_argv(decision.argv_out, table)]))
     return "\n".join(lines)

@@ -40,11 +40,20 @@ class Launch:
     form: Literal["launch_server", "serve", "args"]
     args: tuple[str, ...]
     runner: str | None = None  # the launcher's first word, where it is a path
+    launcher: tuple[str, ...] = ()  # the words before `args`: environment words, launcher
 
     def split(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(`sglang serve`'s own options, the launch_server arguments): `split_args` for a
         serve line, none of its own otherwise."""
         return split_args(self.args) if self.form == "serve" else ((), self.args)
+
+    def head(self) -> tuple[str, ...]:
+        """What a command line with other launch_server arguments starts with, as this one
+        was given: its environment words and launcher, and `sglang serve`'s own options;
+        `python -m sglang.launch_server` for bare arguments."""
+        if self.form == "args":
+            return ("python", "-m", "sglang.launch_server")
+        return (*self.launcher, *self.split()[0])
 
 
 def _name(word: str) -> str:
@@ -105,14 +114,19 @@ def read_launch(words: Sequence[str]) -> Launch:
     head = [*words[start:start + 3]]
     rest = tuple(words[start:])
     runner = head[0] if head and "/" in head[0] else None
+
+    def launch(form: Literal["launch_server", "serve"], args: tuple[str, ...],
+               runner: str | None) -> Launch:
+        return Launch(form, args, runner, tuple(words[:len(words) - len(args)]))
+
     if head and _is_python(_name(head[0])):
         after = _module_args(rest)
         if after is not None:
-            return Launch("launch_server", after, runner)
+            return launch("launch_server", after, runner)
     if head and _name(head[0]) == "sglang-guard-launch":
-        return Launch("launch_server", rest[1:])
+        return launch("launch_server", rest[1:], None)
     if len(head) >= 2 and _name(head[0]) in ("sglang", "sglang-guard") and head[1] == "serve":
-        return Launch("serve", rest[2:], runner if _name(head[0]) == "sglang" else None)
+        return launch("serve", rest[2:], runner if _name(head[0]) == "sglang" else None)
     return Launch("args", tuple(words))
 
 
