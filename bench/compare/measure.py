@@ -78,8 +78,13 @@ def _num(v: float) -> str:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a live process (all its threads)."""
+    return sum(cpu_split(pid))
+
+
+def cpu_split(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of a live process (all its threads)."""
     t = psutil.Process(pid).cpu_times()
-    return float(t.user + t.system)
+    return float(t.user), float(t.system)
 
 
 def rss_mb(pid: int) -> float:
