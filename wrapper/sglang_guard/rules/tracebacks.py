@@ -94,7 +94,9 @@ def ends_frames(before: str, after: str) -> bool:
 # --- moving the state over lines nobody reads, exactly -----------------------------------
 # `advance` finds the lines that can move the state with a byte regex that is a superset
 # (a candidate), then confirms each with `step` on the line as the reader cleans it: what
-# `step` would do line by line, at C speed between the few candidates. A blank line is one
+# `step` would do line by line, at C speed between the few candidates: rules/_linescan.c
+# (rules/linescan.py) answers exactly what these regexes answer, where it is built; else
+# Hyperscan's superset below, else the regexes themselves. A blank line is one
 # whose cleaned head `str.strip()` empties: ASCII whitespace, \x1c-\x1f and the Unicode
 # spaces (their UTF-8 bytes are in the class below); a line longer than the cap is blank when
 # its first `cap` bytes are.
@@ -120,7 +122,8 @@ class _Candidates:
     blank: tuple[re.Pattern[bytes], re.Pattern[bytes]]
 
 
-# The frames' candidates on Hyperscan (rules/blockscan.FirstLine), for a cap of 4 KiB or more:
+# Without the C: the frames' candidates on Hyperscan (rules/blockscan.FirstLine), for a cap
+# of 4 KiB or more:
 # an exception line, a request record, a blank line, and a line with a run of 4,096 blank
 # bytes (which stands for "a head of as many blank bytes as the cap"; unanchored, a superset,
 # it costs the set next to nothing where `^` before it costs a third of the scan). The
