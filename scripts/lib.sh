@@ -7,9 +7,11 @@ VENV="$REPO/.venv"
 say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 ensure_guard_venv() {
-    # Rebuilt when pyproject.toml changes (its hash is stored in the venv).
+    # Rebuilt when pyproject.toml, the build hook or the C it compiles changes (their hash is
+    # stored in the venv): the editable install's rules/_linescan.abi3.so is built at install.
     local want have
-    want="$(sha256sum "$REPO/pyproject.toml" | cut -c1-16)"
+    want="$(cat "$REPO/pyproject.toml" "$REPO/hatch_build.py" \
+        "$REPO/wrapper/sglang_guard/rules/_linescan.c" | sha256sum | cut -c1-16)"
     have="$(cat "$VENV/.pyproject-hash" 2>/dev/null || true)"
     if [[ "$want" != "$have" || ! -x "$VENV/bin/sglang-guard" ]]; then
         say "installing sglang-guard and its dev tools into $VENV"
