@@ -6,7 +6,6 @@ is a single `find`, one decode and one `rstrip`.
 
 from __future__ import annotations
 
-import contextlib
 import re
 
 from sglang_guard.rules import linescan
@@ -131,8 +130,10 @@ def quotes_closed(line: str) -> bool:
     request records always are, as repr and JSON escape newlines; one that is not (a line
     cut at the cap, a text printed raw) continues on the lines after it."""
     if linescan.quotes_closed is not None:
-        with contextlib.suppress(UnicodeEncodeError):  # a lone surrogate: read below
+        try:  # per request record: a `with suppress` costs ~1 us, a try nothing
             return linescan.quotes_closed(line)
+        except UnicodeEncodeError:  # a lone surrogate: no UTF-8 to read, read below
+            pass
     return _quotes_closed(line)
 
 

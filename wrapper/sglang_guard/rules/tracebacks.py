@@ -173,19 +173,21 @@ def _next_line(patterns: tuple[re.Pattern[bytes], re.Pattern[bytes]], block: byt
     return -1 if found is None else found.start() + 1
 
 
-def _first_line(kind: int, block: bytes, span: tuple[int, int], cap: int,
-                candidates: _Candidates) -> int:
-    """`_next_line` of the frames' (linescan.FRAMES) or the message's candidates over
-    `block[start:end]`: in C where built (rules/linescan.py, the same answer), else on
-    Hyperscan (a superset) or the regexes."""
+def _first_line(kind: int, block: bytes, span: tuple[int, int], cap: int) -> int:
+    """`_next_line` of the frames', the message's or the blank lines' candidates
+    (linescan.FRAMES, MESSAGE, BLANK) over `block[start:end]`: in C where built
+    (rules/linescan.py, the same answer), else on Hyperscan (the frames, a superset) or the
+    regexes."""
     start, end = span
     if linescan.first_line is not None:
         return linescan.first_line(block, start, end, kind, cap)
     line = _FRAMES_FAST.start(block, start, end) if (
         kind == linescan.FRAMES and cap >= _FAST_CAP) else None
     if line is None:
-        line = _next_line(candidates.frames if kind == linescan.FRAMES
-                          else candidates.message, block, start, end)
+        candidates = _candidates(cap)
+        patterns = {linescan.FRAMES: candidates.frames, linescan.MESSAGE: candidates.message,
+                    linescan.BLANK: candidates.blank}[kind]
+        line = _next_line(patterns, block, start, end)
     return line
 
 
@@ -207,12 +209,11 @@ def advance(state: str, block: bytes, span: tuple[int, int], cap: int,
     text): the machine sees each even when no rule matches it.
     """
     start, end = span
-    candidates = _candidates(cap)
     while start < end:
         if state not in (TRACEBACK, MESSAGE):
             return _after_last_record(state, block, (start, end), cap, exceptions)
         kind = linescan.FRAMES if state == TRACEBACK else linescan.MESSAGE
-        line = _first_line(kind, block, (start, end), cap, candidates)
+        line = _first_line(kind, block, (start, end), cap)
         if line < 0:
             return state
         stop, text = _line_at(block, line, end, cap)
@@ -242,9 +243,7 @@ def _after_last_record(state: str, block: bytes, span: tuple[int, int], cap: int
             break
         at = nl
     while state == UNKNOWN and start < end:
-        line = (_next_line(_candidates(cap).blank, block, start, end)
-                if linescan.first_line is None
-                else linescan.first_line(block, start, end, linescan.BLANK, cap))
+        line = _first_line(linescan.BLANK, block, (start, end), cap)
         if line < 0:
             break
         stop, text = _line_at(block, line, end, cap)
