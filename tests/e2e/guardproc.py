@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -180,6 +181,23 @@ class GuardProc:
             tail = self.log_path.read_bytes()[-3000:]
         return (f"journal: {names}; log {self.log_path} ends:\n"
                 f"{tail.decode('utf-8', 'replace')}")
+
+    def story(self, limit: int = 60) -> str:
+        """What happened, for a failure message: each journal event with the fields that say
+        why, then the log's error-shaped lines (a traceback's banner and exception lines),
+        so that a CI log alone tells which line decided what."""
+        keys = ("gen", "stage", "rule", "trigger", "flag", "reason", "code", "returncode", "line")
+        events = [" ".join([str(r.get("event"))] + [f"{k}={str(r[k])[:160]!r}" for k in keys
+                                                   if k in r])
+                  for r in self.events()]
+        shaped = re.compile(rb"^(?:\S*(?:Error|Exception)\b|.*(?:Traceback|hit an exception))")
+        lines: list[str] = []
+        with contextlib.suppress(OSError):
+            lines = [ln[:200].decode("utf-8", "replace")
+                     for ln in self.log_path.read_bytes().splitlines()
+                     if shaped.match(ln) and not ln.startswith(b"{")]  # not the guard's own
+        return "\njournal:\n  " + "\n  ".join(events[-limit:]) + \
+            "\nerror-shaped log lines:\n  " + "\n  ".join(lines[-limit:])
 
     # -- ending ----------------------------------------------------------------------------
 

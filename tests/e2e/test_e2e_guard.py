@@ -125,24 +125,25 @@ def test_mla_path_drops_once_then_treats_the_forward_crash_as_a_crash(
                         options=["--no-preflight", "--config", str(toml)])
     with guard_process(cmd, state_dir=state, log_path=tmp_path / "guard.log") as guard:
         code = guard.wait_exit(420)
-        assert code == EXIT_GIVE_UP, f"guard exited {code}; {guard.describe()}"
+        story = guard.story()  # every message below says what each launch died of
+        assert code == EXIT_GIVE_UP, f"guard exited {code}; {guard.describe()}{story}"
         guard.assert_tree_gone()
 
         fixes = guard.events("remediated")
-        assert len(fixes) == 1, f"a crash must never change another flag: {fixes}"
-        assert fixes[0].get("trigger") == "log", fixes[0]
-        assert fixes[0].get("flag") == "--attention-backend", fixes[0]
-        assert HPC_MSG in str(fixes[0].get("line")), fixes[0]
+        assert len(fixes) == 1, f"a crash must never change another flag: {fixes}{story}"
+        assert fixes[0].get("trigger") == "log", f"{fixes[0]}{story}"
+        assert fixes[0].get("flag") == "--attention-backend", f"{fixes[0]}{story}"
+        assert HPC_MSG in str(fixes[0].get("line")), f"{fixes[0]}{story}"
 
         log = guard.log_path.read_text(encoding="utf-8", errors="replace")
-        assert FORWARD_MSG in log, "the launch after the fix never reached a forward pass"
+        assert FORWARD_MSG in log, f"the launch after the fix never reached a forward pass{story}"
         crashes = guard.events("crash.detected")
         assert crashes, f"the scheduler crash was not recognised; {guard.describe()}"
-        assert all(c.get("rule") == "scheduler-crash" for c in crashes), crashes
+        assert all(c.get("rule") == "scheduler-crash" for c in crashes), f"{crashes}{story}"
         assert guard.events("backoff"), f"no backoff before giving up; {guard.describe()}"
         assert guard.events("give_up"), guard.describe()
         starts = guard.events("child.start")
-        assert len(starts) == 3, f"fail, fixed launch, one retry: {starts}"
+        assert len(starts) == 3, f"fail, fixed launch, one retry: {starts}{story}"
         fixed = [a for a in given if a not in ("--attention-backend", "hpc_ops")]
         assert [_argv_of(s) for s in starts[1:]] == [fixed, fixed]
         assert [e.get("code") for e in guard.events("guard.exit")] == [EXIT_GIVE_UP]
