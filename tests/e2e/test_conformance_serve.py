@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_guard.sglang.launcher import split_args
+from sglang_guard.sglang.launcher import serve_reading, split_args
 from sglang_guard.sglang.shell.servebackend import backend
 
 from .conftest import RELEASES, python_for, run_oracle
@@ -56,7 +56,9 @@ def test_the_guard_judges_only_what_the_release_serves_as_llm(
         release: str, tmp_path: Path) -> None:
     cases = _cases(tmp_path)
     theirs = run_oracle(python_for(release), "serve", cases)
-    ours = ["llm" if backend(*split_args(argv)) is None else "other" for argv in cases]
+    reading = serve_reading(release)  # as this release's serve.py reads the words
+    ours = ["llm" if backend(*split_args(argv, reading), reading) is None else "other"
+            for argv in cases]
     judged_not_llm = [(c, t) for c, t, o in zip(cases, theirs, ours, strict=True)
                       if o == "llm" and t != "llm"]
     assert judged_not_llm == []  # never a false judgement

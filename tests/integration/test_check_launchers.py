@@ -24,11 +24,14 @@ BARE = ["--model-path", LLAMA, "--attention-backend", "cutedsl_mla", "--tp", "1"
 CLICK_WAY = "import sys; from sglang_guard import cli; sys.argv[0] = 'sglang-guard'; cli.main()"
 
 
-def _check(words: list[str], cache: Path, *, click: bool = False) -> tuple[int, str, str]:
+def _check(words: list[str], cache: Path, *, click: bool = False, release: str | None = None
+           ) -> tuple[int, str, str]:
     env = {**os.environ, "SGLANG_GUARD_CACHE": str(cache), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_VERBOSITY": "error"}
     cmd = [sys.executable, "-c", CLICK_WAY] if click else [sys.executable, "-m", "sglang_guard"]
-    done = subprocess.run([*cmd, "check", "--json", "--gpu-sm", "90", "--", *words], env=env,
+    pinned = ["--sglang-version", release] if release else []
+    done = subprocess.run([*cmd, "check", "--json", "--gpu-sm", "90", *pinned, "--", *words],
+                          env=env,
                           capture_output=True, text=True, timeout=300, check=False)
     return done.returncode, done.stdout, done.stderr
 
@@ -86,6 +89,36 @@ def test_serve_reads_its_positional_model_and_selector(tmp_path: Path) -> None:
     pytest.importorskip("transformers")
     bare = _check(BARE, tmp_path)
     assert _check(["sglang", "serve", LLAMA, "--model-type", "llm", *BARE[2:]], tmp_path) == bare
+
+
+@pytest.mark.parametrize(("release", "words", "said"), [
+    ("0.5.4", ["sglang", "serve", "--model-path", LLAMA], "has no `sglang serve`"),
+    ("0.5.12", ["sglang", "serve", LLAMA, "--tp", "1"], "--model-path is required"),
+    ("0.5.10", ["sglang", "serve", "--model", LLAMA], "--model-path is required"),
+    ("0.5.15", ["sglang", "serve", "--model-type", "vision", "--model-path", LLAMA],
+     "invalid --model-type 'vision'"),
+    ("0.5.23", ["sglang", "serve", "--model-path", LLAMA, "--model-type"],
+     "--model-type requires a value"),
+])
+def test_a_serve_line_the_releases_serve_fails_is_one_clear_line(
+        release: str, words: list[str], said: str, tmp_path: Path) -> None:
+    """What that release's own serve.py raises before it parses (tests/unit/
+    test_serve_reading.py runs each release's functions): exit 2, one line, its words."""
+    code, out, err = _check(words, tmp_path, release=release)
+    assert code == 2, (out, err)
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+    assert said in err and release in err and "Traceback" not in err
+
+
+def test_an_older_releases_serve_passes_its_selector_to_the_parser(tmp_path: Path) -> None:
+    """0.5.8's serve has no `--model-type` of its own: launch_server's parser rejects it."""
+    pytest.importorskip("transformers")
+    code, out, err = _check(["sglang", "serve", "--model-type", "llm", *BARE], tmp_path,
+                            release="0.5.8")
+    assert code == 2, err
+    doc = json.loads(out)
+    assert doc["verdict"] == "rejected"
+    assert [f["flag"] for f in doc["findings"] if f["kind"] == "parser"] == ["--model-type"]
 
 
 def test_a_serve_line_for_another_backend_is_unchecked(tmp_path: Path) -> None:

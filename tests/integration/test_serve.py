@@ -83,6 +83,42 @@ def test_a_configured_launch_command_is_kept(tmp_path: Path, server: HealthServe
     assert launcher.argvs() == [["--model-path", "/models/fake", "--port", str(server.port)]]
 
 
+def _pin_release(env: dict[str, str], version: str) -> None:
+    config = Path(env["SGLANG_GUARD_CONFIG"])
+    config.write_text(config.read_text().replace("[sglang]\n", f'[sglang]\nversion = "{version}"\n',
+                                                 1))
+
+
+def test_a_line_the_releases_serve_fails_is_refused_unlaunched(
+        tmp_path: Path, server: HealthServer) -> None:
+    """SGLang 0.5.12's `sglang serve` reads no bare model path (0.5.16 on does): it would fail
+    with "--model-path is required", so the guard says that and launches nothing."""
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    env = _env(tmp_path, launcher, with_launch=False)
+    _pin_release(env, "0.5.12")
+    done = subprocess.run([sys.executable, "-m", "sglang_guard", "serve", "/models/fake",
+                           "--port", str(server.port)], env=env, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    said = done.stderr.strip().splitlines()
+    assert len(said) == 1 and "--model-path is required" in said[0], done.stderr
+    assert "0.5.12" in said[0] and "Traceback" not in done.stderr
+    assert launcher.argvs() == []
+
+
+def test_an_older_releases_serve_keeps_its_own_words(tmp_path: Path, server: HealthServer
+                                                     ) -> None:
+    """On 0.5.12 `--model-type` is serve's own and `--model-path` names the model: launched
+    as given, the selector kept with the launch command."""
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    env = _env(tmp_path, launcher, with_launch=False)
+    _pin_release(env, "0.5.12")
+    args = ["--model-path", "/models/fake", "--port", str(server.port), "--model-type", "llm"]
+    assert _serve_until_ready(tmp_path, env, args) == EXIT_OK
+    assert launcher.argvs() == [["serve", "--model-type", "llm", "--model-path", "/models/fake",
+                                 "--port", str(server.port)]]
+
+
 def test_serve_help_without_sglang_says_so() -> None:
     env = {**os.environ, "SGLANG_GUARD_PYTHON": sys.executable, "PATH": "/usr/bin:/bin"}
     out = subprocess.run([sys.executable, "-m", "sglang_guard", "serve", "--help"], env=env,

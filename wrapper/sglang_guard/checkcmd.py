@@ -34,10 +34,12 @@ from sglang_guard.errors import (
     EXIT_REMEDIATED,
     EXIT_USAGE,
     GuardError,
+    InputError,
 )
 
 if TYPE_CHECKING:
     from sglang_guard.config.guardconfig import GuardConfig
+    from sglang_guard.sglang.launcher import Launch, ServeReading
 
 VERDICT_EXIT = {"ok": EXIT_OK, "remediated": EXIT_REMEDIATED, "refused": EXIT_REFUSED,
                 "rejected": EXIT_USAGE}
@@ -157,27 +159,26 @@ def load_config(config_path: str | None, policy: str | None, gpu_sm: str | None,
     return with_overrides(cfg, policy, gpu_sm)
 
 
-def _server_args(words: list[str], as_json: bool, echo: Echo
-                 ) -> tuple[list[str], str | None, tuple[str, ...]]:
+def _server_args(launch: Launch, words: list[str], reading: ServeReading, as_json: bool,
+                 echo: Echo) -> tuple[list[str], tuple[str, ...]]:
     """The launch_server arguments of a check's words, which may name their launcher
-    (sglang/launcher.py), the interpreter that line runs where it names one by path
-    (a `sglang` script's: the python beside it), and the words the fixed line starts with
-    (Launch.head). A `sglang serve` line SGLang would not serve with the LLM server
-    (sglang/shell/servebackend.py) is said to be unchecked, and check exits 0."""
-    from sglang_guard.sglang.launcher import read_launch  # noqa: PLC0415
-
-    launch = read_launch(words)
-    own, server = launch.split()
-    runner = launch.runner
+    (sglang/launcher.py), and the words the fixed line starts with (Launch.head). A
+    `sglang serve` line is read as the release that runs reads it (`reading`): one its
+    serve.py fails before parsing is an InputError with SGLang's own words; one SGLang
+    would not serve with the LLM server (sglang/shell/servebackend.py) is said to be
+    unchecked, and check exits 0."""
+    own, server = launch.split(reading)
     if launch.form != "serve":
-        return list(server), runner, launch.head()
-    if runner is not None:  # the `sglang` script's environment
-        runner = str(Path(runner).with_name("python"))
+        return list(server), launch.head()
+    from sglang_guard.sglang.launcher import serve_error  # noqa: PLC0415 - serve only
     from sglang_guard.sglang.shell.servebackend import backend  # noqa: PLC0415 - serve only
 
-    why = backend(own, server)
+    failed = serve_error(launch.args, reading)
+    if failed is not None:
+        raise InputError(failed)
+    why = backend(own, server, reading)
     if why is None:
-        return list(server), runner, launch.head()
+        return list(server), launch.head(reading)
     if as_json:  # the line as given, its secrets masked as in every decision (ui.py)
         from sglang_guard.sglang.redact import redact_argv  # noqa: PLC0415
         from sglang_guard.sglang.releases import load_option_table  # noqa: PLC0415
@@ -200,12 +201,16 @@ def run_check(*, policy: str | None, gpu_sm: str | None, config_path: str | None
     (None: `args` themselves, which `plain_check_args` found not empty)."""
     from sglang_guard.preflight.shell.inputs import prepare  # noqa: PLC0415
     from sglang_guard.preflight.shell.whichrelease import resolve_release  # noqa: PLC0415
+    from sglang_guard.sglang.launcher import read_launch, serve_reading  # noqa: PLC0415
     from sglang_guard.supervise.shell.statelock import default_run_state_dir  # noqa: PLC0415
     from sglang_guard.ui import decision_json, render_decision  # noqa: PLC0415
 
     cfg = load_config(config_path, policy, gpu_sm)
-    argv, runner, head = _server_args(sglang_args(cfg, args) if sglang_args is not None
-                                      else list(args), as_json, echo)
+    words = sglang_args(cfg, args) if sglang_args is not None else list(args)
+    launch = read_launch(words)
+    runner = launch.runner
+    if launch.form == "serve" and runner is not None:  # the `sglang` script's environment
+        runner = str(Path(runner).with_name("python"))
     version = sglang_version or cfg.sglang.version
     # The release that runs: as told (--sglang-version, [sglang] version, --python, [sglang]
     # python), else that of the interpreter the pasted line names by path.
@@ -217,6 +222,8 @@ def run_check(*, policy: str | None, gpu_sm: str | None, config_path: str | None
         python=named,
         unknown_why=(f"the command's {runner} is not on this machine" if runner and not here
                      else "no --python or --sglang-version given"))
+    # A serve line as this release's `sglang serve` reads it (which words are its own).
+    argv, head = _server_args(launch, words, serve_reading(release.version), as_json, echo)
     prepared = prepare(cfg.gpu_sm, cfg.policy, argv,
                        state_dir or cfg.state_dir or default_run_state_dir(argv), release)
     decision, inputs = prepared.decision, prepared.inputs

@@ -2,10 +2,12 @@
 
 SGLang 0.5.23's `sglang serve` (sglang/cli/serve.py) takes the model path as its first
 positional argument or as `--model-path`, picks a backend with `--model-type` (default
-auto), and hands the rest to launch_server's parser. The guard reads the same argv: the
+auto), and hands the rest to launch_server's parser; older releases read less
+(sglang/launcher.ServeReading). The guard reads the argv as the release that runs does: the
 positional model becomes `--model-path` for preflight, `--model-type` stays with the launch
-command, and the child is `sglang serve …`. Guard settings come from the environment and
-config files, as for the drop-in launcher; the run itself is entry.py's.
+command, and the child is `sglang serve …`; a line that release's serve.py fails before it
+parses is refused (exit 2) with SGLang's own words, not launched. Guard settings come from
+the environment and config files, as for the drop-in launcher; the run itself is entry.py's.
 
 A line SGLang would not serve with the LLM server (a diffusion pipeline:
 sglang/shell/servebackend.py) is handed to `sglang serve` as written, unguarded
@@ -14,6 +16,7 @@ sglang/shell/servebackend.py) is handed to `sglang serve` as written, unguarded
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import sys
@@ -29,8 +32,8 @@ from sglang_guard.entry import (
     python,
     run_process,
 )
-from sglang_guard.errors import InputError
-from sglang_guard.sglang.launcher import split_args
+from sglang_guard.errors import GuardError, InputError
+from sglang_guard.sglang.launcher import ServeReading, serve_error, serve_reading, split_args
 from sglang_guard.sglang.shell.servebackend import backend
 
 
@@ -60,10 +63,12 @@ def main(args: Sequence[str]) -> None:
     _serve(list(args))
 
 
-def hand_over(serve: Sequence[str], args: Sequence[str]) -> None:
+def hand_over(serve: Sequence[str], args: Sequence[str], reading: ServeReading | None = None
+              ) -> None:
     """Exec `serve` (a `sglang serve` command) with `args` as written when SGLang would not
-    serve them with the LLM server (`backend`), saying why in one line; else return."""
-    why = backend(*split_args(args))
+    serve them with the LLM server (`backend`), saying why in one line; else return.
+    `reading`: how the release that runs reads them (None: the newest)."""
+    why = backend(*split_args(args, reading), reading)
     if why is None:
         return
     sys.stderr.write(f"sglang-guard: {why}, which the guard does not check or supervise: "
@@ -96,13 +101,32 @@ def _tell_systemd(why: str) -> None:
         notifier.close()
 
 
+def reading_for(version: str | None, py: str) -> ServeReading:
+    """How the `sglang serve` that runs reads its words: the release `version` names ([sglang]
+    version), else the one `py`'s environment holds, else the newest."""
+    if not version:
+        from sglang_guard.sglang.shell.release import (  # noqa: PLC0415
+            find_release,
+            interpreter_path,
+        )
+
+        with contextlib.suppress(GuardError):  # unreadable: the run says so itself
+            fact = find_release(interpreter_path(py))
+            version = fact.version if fact is not None else None
+    return serve_reading(version)
+
+
 @guarded
 def _serve(args: list[str]) -> None:
     cfg = guard_config_from_env()
-    own, server_args = split_args(args)
     py = os.environ.get("SGLANG_GUARD_PYTHON") or cfg.sglang.python or sys.executable
+    reading = reading_for(cfg.sglang.version, py)
+    failed = serve_error(args, reading)
+    if failed is not None:  # what `sglang serve` itself would fail with: never launched
+        raise InputError(failed)
+    own, server_args = split_args(args, reading)
     serve = cfg.sglang.launch or (*sglang_command(py), "serve")
-    hand_over(serve, args)
+    hand_over(serve, args, reading)
     launch = (*serve, *own)
     cfg = replace(cfg, sglang=replace(cfg.sglang, launch=launch, python=py))
     run_process(cfg, server_args, python=py, preflight=preflight_from_env())

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sglang_guard.common.shell import hub
-from sglang_guard.sglang.launcher import model_path_of, selected_backend
+from sglang_guard.sglang.launcher import ServeReading, model_path_of, selected_backend
 
 # Which files make a local directory a diffusers pipeline, for SGLang 0.5.23's `sglang serve`
 # (sglang/cli/utils.py:70-77 `_is_diffusers_model_dir`: the first that exists decides, by a
@@ -64,7 +64,8 @@ def _hub_pipeline_index(repo_id: str) -> Path | None:
         return None
 
 
-def backend(own: Sequence[str], server_args: Sequence[str]) -> str | None:
+def backend(own: Sequence[str], server_args: Sequence[str],
+            reading: ServeReading | None = None) -> str | None:
     """Why SGLang would not serve this with the LLM server (then the guard, which knows only
     that one, must not judge it), or None: it is the LLM server's.
 
@@ -74,13 +75,15 @@ def backend(own: Sequence[str], server_args: Sequence[str]) -> str | None:
     model_index.json is one (utils.py:124-128, `_hub_pipeline_index`), or an explicit
     `--pipeline-class-name` (serve.py:113-116; SGLang
     checks it against its pipeline registry, which only its diffusion runtime holds).
+    `reading`: the release's reading of the words (launcher.serve_reading; None: the
+    newest), for which spellings name the model.
     """
     chosen = selected_backend(own)
     if chosen not in ("auto", "llm"):
         return f"--model-type {chosen} selects SGLang's {chosen} backend"
     if chosen == "llm":
         return None
-    path = model_path_of(server_args)
+    path = model_path_of(server_args, reading)
     if path is not None:
         local = Path(path).expanduser()
         if local.is_dir():
