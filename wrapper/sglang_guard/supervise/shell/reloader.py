@@ -19,7 +19,7 @@ from sglang_guard.errors import GuardError, InputError
 from sglang_guard.rules.rules import Matcher
 from sglang_guard.rules.shell.packs import load_packs
 from sglang_guard.sglang.argv import CommandLine
-from sglang_guard.supervise.machine import Env
+from sglang_guard.supervise.machine import Env, rehearse
 
 if TYPE_CHECKING:  # the loop imports this module; preflight's probes load only in `run`
     from sglang_guard.preflight.shell.inputs import Prepared
@@ -78,6 +78,7 @@ class Reloader:
             new_env = replace(env, matcher=Matcher(load_packs(cfg, env.options)),
                               restart=cfg.restart, health=cfg.health, start=cfg.start)
             new_env.matcher.prepare_scan()  # here, not in a reader thread on the next chunk
+            rehearse(new_env, self.base)  # nor the new rules' first use on a fatal line
             trim_heap()
         except GuardError as exc:
             return self._rejected(kind, path, str(exc), env_applied=False)

@@ -30,7 +30,7 @@ from sglang_guard.rules.shell.packs import load_packs
 from sglang_guard.rules.shell.scancache import build_elsewhere, default_store
 from sglang_guard.sglang.options import OptionTable
 from sglang_guard.sglang.redact import redact_argv
-from sglang_guard.supervise.machine import Env
+from sglang_guard.supervise.machine import Env, rehearse
 from sglang_guard.supervise.shell.journal import Journal
 from sglang_guard.supervise.shell.observer import NO_OBSERVER, Listener
 from sglang_guard.supervise.shell.reloader import Prepare, Reloader
@@ -174,6 +174,7 @@ def run(cfg: GuardConfig, opts: RunOptions) -> int:
     engine, why = env.matcher.prepare_scan()
     if why is not None:  # the log pass-through runs at RE2's speed for these patterns
         get_logger().warning("scan.engine", engine=engine, why=why)
+    rehearse(env, first.cl)  # the first fatal line need not pay the line path's first use
     trim_heap()
     cl = first.cl
     spec = group_spec(cl, os.environ, cfg.group.port)

@@ -117,7 +117,7 @@ class Supervisor:
         self.journal = journal
         self.notifier = Notifier()
         self.log = get_logger()
-        self._timers = Timers(self.events)
+        self._timers = Timers()  # served by the loop itself (`_next_event`)
         self._stoppers: list[threading.Thread] = []
         # Signal handlers put here: SimpleQueue.put is reentrant, Queue.put is not (a handler
         # runs between two bytecodes of the loop thread, perhaps while it holds the Queue's
@@ -185,6 +185,7 @@ class Supervisor:
                 self.state, actions = machine.step(
                     self.state, event, self.rt.env, time.monotonic(), random.random()  # noqa: S311
                 )
+                self._terminate_first(actions)  # before the listeners: SIGTERM is the race
                 self._stepped(actions)
                 code = self._act(actions)
             return code
@@ -229,6 +230,8 @@ class Supervisor:
 
     def _next_event(self) -> Event | None:
         """The next event; None when SIGNAL_POLL_S (or the watchdog's period) passed first.
+        A timer that fell due goes on the queue first (supervise/shell/timers.py: the loop
+        serves its timers; the wait ends at the next one's due time).
 
         The wait is never unbounded: a signal that the kernel hands to another thread only
         flags the interpreter, and the Python handler runs on this (the main) thread once it
@@ -241,8 +244,13 @@ class Supervisor:
         /health_generate probes (the machine's Notify), so a hung server is what systemd sees.
         """
         now = time.monotonic()
+        for tick in self._timers.due(now):  # behind every event that came before it
+            self.events.put(tick)
         wait = SIGNAL_POLL_S
         due = self._held_outputs(now)
+        if due is not None:
+            wait = min(wait, max(0.0, due - now))
+        due = self._timers.next_due()
         if due is not None:
             wait = min(wait, max(0.0, due - now))
         if self._watchdog_s is not None:
@@ -264,7 +272,8 @@ class Supervisor:
             self.events.put(SignalReceived(signum))
 
     def _act(self, actions: list[Action]) -> int | None:
-        self._terminate_first(actions)
+        if self._terminated is None:  # the loop sends it before the listeners hear the step
+            self._terminate_first(actions)
         for action in actions:
             for listener in self._listeners:
                 listener.saw_action(action, self.state)
