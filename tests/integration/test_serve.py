@@ -167,6 +167,23 @@ def test_run_with_a_sglang_serve_launch_hands_a_pipeline_over_too(tmp_path: Path
     assert launcher.argvs() == [["serve", *args]]
 
 
+def test_run_with_a_sglang_serve_launch_refuses_what_that_release_fails(tmp_path: Path) -> None:
+    """`run` under `[sglang] launch = [".../sglang", "serve"]` on a pinned 0.5.12: the bare
+    model path its serve cannot read is refused before anything starts."""
+    launcher = Launcher(tmp_path, [ready_then_wait()])
+    env = _env(tmp_path, launcher, with_launch=False)
+    config = Path(env["SGLANG_GUARD_CONFIG"])
+    sglang = Path(env["SGLANG_GUARD_PYTHON"]).with_name("sglang")
+    config.write_text(f'[sglang]\nlaunch = ["{sglang}", "serve"]\nversion = "0.5.12"\n'
+                      + config.read_text().replace("[sglang]\n", "", 1))
+    out = subprocess.run([sys.executable, "-m", "sglang_guard", "run", "--config", str(config),
+                          "--", "/models/fake", "--port", "1"], env=env, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 2, out.stderr
+    assert "--model-path is required" in out.stderr and "Traceback" not in out.stderr
+    assert launcher.argvs() == []
+
+
 def test_a_handed_over_pipeline_tells_systemd_and_hides_its_socket(tmp_path: Path) -> None:
     # Under Type=notify the exec'd `sglang serve` keeps the pid and would never send READY=1
     # or WATCHDOG=1: the guard says the start is done and turns the watchdog off first; the

@@ -118,9 +118,10 @@ def run(policy: str | None, gpu_sm: str | None, config_path: str | None, python:
     from sglang_guard.sglang.launcher import is_serve_launch  # noqa: PLC0415
 
     if is_serve_launch(cfg.sglang.launch):  # a diffusion pipeline is SGLang's alone
-        from sglang_guard.serve import hand_over  # noqa: PLC0415
+        from sglang_guard.serve import hand_over, refuse_unservable  # noqa: PLC0415
 
-        hand_over(cfg.sglang.launch, argv)
+        reading = refuse_unservable(cfg, argv, cfg.sglang.python)  # as run resolves it
+        hand_over(cfg.sglang.launch, argv, reading)
     run_process(cfg, argv, python=python, state_dir=state_dir,
                 preflight=not no_preflight, log_format=log_format, argv_from_config=not args,
                 overrides=overrides)

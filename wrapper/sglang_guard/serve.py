@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from sglang_guard.config.guardconfig import GuardConfig
 from sglang_guard.entry import (
     guard_config_from_env,
     guarded,
@@ -101,10 +102,10 @@ def _tell_systemd(why: str) -> None:
         notifier.close()
 
 
-def reading_for(version: str | None, py: str) -> ServeReading:
+def reading_for(version: str | None, py: str | None) -> ServeReading:
     """How the `sglang serve` that runs reads its words: the release `version` names ([sglang]
     version), else the one `py`'s environment holds, else the newest."""
-    if not version:
+    if not version and py:
         from sglang_guard.sglang.shell.release import (  # noqa: PLC0415
             find_release,
             interpreter_path,
@@ -116,14 +117,22 @@ def reading_for(version: str | None, py: str) -> ServeReading:
     return serve_reading(version)
 
 
+def refuse_unservable(cfg: GuardConfig, args: Sequence[str], py: str | None
+                      ) -> ServeReading:
+    """How the release that runs reads `sglang serve ARGS` (`reading_for`); InputError (exit
+    2, never launched) with SGLang's own words where its serve fails before parsing."""
+    reading = reading_for(cfg.sglang.version, py)
+    failed = serve_error(args, reading)
+    if failed is not None:
+        raise InputError(failed)
+    return reading
+
+
 @guarded
 def _serve(args: list[str]) -> None:
     cfg = guard_config_from_env()
     py = os.environ.get("SGLANG_GUARD_PYTHON") or cfg.sglang.python or sys.executable
-    reading = reading_for(cfg.sglang.version, py)
-    failed = serve_error(args, reading)
-    if failed is not None:  # what `sglang serve` itself would fail with: never launched
-        raise InputError(failed)
+    reading = refuse_unservable(cfg, args, py)
     own, server_args = split_args(args, reading)
     serve = cfg.sglang.launch or (*sglang_command(py), "serve")
     hand_over(serve, args, reading)
