@@ -88,8 +88,8 @@ class LineReader:
 
     def scan(self, chunk: bytes) -> Hits | None:
         """`find(chunk)`, which `feed(chunk, hits)` then reads: any thread may scan (the
-        child's reader thread scans each chunk before this reader's thread gets it:
-        supervise/shell/child.py). None: nothing to scan (no `find`, or no line ends here)."""
+        child's pumps scan on the thread that then feeds: supervise/shell/child.py). None:
+        nothing to scan (no `find`, or no line ends here)."""
         if self._find is None or b"\n" not in chunk:
             return None
         return self._find(chunk)

@@ -1,18 +1,20 @@
 """The SGLang child: spawned in its own session, its output pumped, its exit reported.
 
 Threads per launch (all daemons, all only *put* events):
-- one reader per pipe: reads bytes (READ_CHUNK at a time), hands each chunk to its writer,
-  scans it (LineReader.scan: Hyperscan, which runs without the GIL, so this scan overlaps
-  the scanner's Python work on the chunks before it) and hands chunk and hits to its scanner;
+- one reader per pipe: reads bytes (READ_CHUNK at a time) and hands each chunk to its
+  writer and its scanner, nothing more: in a flood it keeps the pipe drained while the
+  scanner scans (measured alternated on the 16-core H200 host, 4M lines, 4 runs each: the
+  reader scanning too held the log mix at 2.8M lines/s and the near-miss mix at 1.9M; with
+  the scan on the scanner's thread 3.4M and 2.4M, every run above every run of the other,
+  and less CPU: bench/README.md, "The log path, fifth round");
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink;
-- one scanner per pipe: the chunks' lines (rules/linereader.py: with a scan, only the lines
-  a hit ends in are read), at most SCAN_BEHIND chunks behind the reader, which waits for it
-  past that (the child then waits in `write`). When the scanner has read every chunk
-  handed to it and a read came back short of READ_CHUNK (the pipe drained: the child is not
-  ahead), the reader reads that chunk's lines itself, in the same order: a quiet stream's
-  fatal line then costs no hand-off between threads (measured: ~0.1-0.2 ms of the idle
-  reaction), and a flood's full reads still overlap the reader's scan with the scanner's
-  lines;
+- one scanner per pipe: scans each chunk (LineReader.scan: Hyperscan, which runs without the
+  GIL) and reads its lines (rules/linereader.py: with a scan, only the lines a hit ends in
+  are read), at most SCAN_BEHIND chunks behind the reader, which waits for it past that (the
+  child then waits in `write`). When the scanner has read every chunk handed to it and a
+  read came back short of READ_CHUNK (the pipe drained: the child is not ahead), the reader
+  scans and reads that chunk's lines itself, in the same order: a quiet stream's fatal line
+  then costs no hand-off between threads (measured: ~0.1-0.2 ms of the idle reaction);
 - one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
   single `ChildExited` -- every `ChildLine` of a launch is on the queue before it, and it
   carries the last exception line either stream's reader read (LineReader.last_exception).
@@ -55,7 +57,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
 from sglang_guard.errors import InputError
-from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
+from sglang_guard.rules.linereader import Find, Line, LineReader
 from sglang_guard.rules.logline import LINE_CAP
 from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
 from sglang_guard.supervise.shell.proctree import (
@@ -129,7 +131,7 @@ class _Pump:
         # before SGLang's first record nothing a client sent can be in it.
         self.lines = LineReader(cap, find, keep, ticket, on_stage)
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._scans: queue.Queue[tuple[bytes, Hits | None] | None] = queue.Queue(SCAN_BEHIND)
+        self._scans: queue.Queue[bytes | None] = queue.Queue(SCAN_BEHIND)
         self._pending = 0  # bytes read but not yet written
         self._cond = threading.Condition()
         # Chunks handed to the scanner whose lines it has not read yet (under `_turn`): at
@@ -160,16 +162,15 @@ class _Pump:
                     self._cond.wait_for(lambda: self._pending < self._budget)
                     self._pending += len(chunk)
                 self._chunks.put(chunk)
-                hits = self.lines.scan(chunk)
                 with self._turn:
                     # A short read: the pipe is drained, the child not ahead of the guard.
                     inline = self._queued == 0 and len(chunk) < READ_CHUNK
                     if not inline:
                         self._queued += 1
                 if inline:  # the scanner has read every chunk before: no hand-off, in order
-                    self._lines_of(chunk, hits)
+                    self._lines_of(chunk)
                 else:
-                    self._scans.put((chunk, hits))
+                    self._scans.put(chunk)  # scanned there: the reader reads on
         finally:
             self._chunks.put(None)
             self._scans.put(None)
@@ -178,14 +179,14 @@ class _Pump:
     def _scan(self) -> None:
         if self._warm is not None:
             self._warm()
-        while (item := self._scans.get()) is not None:
-            self._lines_of(*item)
+        while (chunk := self._scans.get()) is not None:
+            self._lines_of(chunk)
             with self._turn:
                 self._queued -= 1
         self._put(self.lines.close())  # a last line without a newline still counts
 
-    def _lines_of(self, chunk: bytes, hits: Hits | None) -> None:
-        self._put(self.lines.feed(chunk, hits))
+    def _lines_of(self, chunk: bytes) -> None:
+        self._put(self.lines.feed(chunk, self.lines.scan(chunk)))
         if self._on_chunk is not None:  # after the chunk's lines: a fatal one goes first
             self._on_chunk(self._stream, chunk)
 
