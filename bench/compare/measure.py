@@ -87,6 +87,21 @@ def cpu_split(pid: int) -> tuple[float, float]:
     return float(t.user), float(t.system)
 
 
+def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
+    """Each live thread of a process: its kernel name and user+system CPU seconds ({} once
+    the process is gone). The guard names its pump threads (g1-stdout-scan, ...)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[int, tuple[str, float]] = {}
+    with contextlib.suppress(OSError):
+        for task in os.scandir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                raw = Path(task.path, "stat").read_bytes()
+                name = raw[raw.index(b"(") + 1:raw.rindex(b")")].decode(errors="replace")
+                fields = raw[raw.rindex(b")") + 2:].split()
+                found[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return found
+
+
 def rss_mb(pid: int) -> float:
     """Resident set size of one process, MiB."""
     return float(psutil.Process(pid).memory_info().rss) / 2**20

@@ -27,7 +27,16 @@ from pathlib import Path
 from typing import Any
 
 import sups
-from measure import HERE, REPO, Figure, cpu_split, kill_tree, stop_process, wait_until
+from measure import (
+    HERE,
+    REPO,
+    Figure,
+    cpu_split,
+    kill_tree,
+    stop_process,
+    thread_cpu,
+    wait_until,
+)
 
 LONG_LINE = 1 << 20
 LONG_LINES = 32
@@ -98,10 +107,17 @@ def _open_gate(gate: Path) -> int | None:
         return None
 
 
+ROLES = ("read", "scan", "write")  # the guard's pump threads (supervise/shell/child.py)
+THREAD_EVERY = 10  # polls (~20 ms) between two samples of the guard's threads
+
+
 def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers
-        ) -> tuple[float, tuple[float, float], Path]:
+        ) -> tuple[float, tuple[float, float], Path, dict[str, float]]:
     """(seconds from the child's first byte to the last byte on disk, the supervisor's user
-    and system CPU s, out)."""
+    and system CPU s, out, and for the guard the CPU s of its stdout pump's threads by role).
+
+    The threads are read every ~20 ms while the copy runs (the last sample of each counts:
+    a thread that ended between two samples loses at most that much)."""
     workdir.mkdir(parents=True)
     gate, stamp, out = workdir / "gate", workdir / "stamp", workdir / "out.log"
     os.mkfifo(gate)
@@ -128,19 +144,29 @@ def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers
         if fd is None:
             raise RuntimeError(f"{tool}: the replay child never started ({workdir})")
         base = cpu_split(watched.pid)
+        threads: dict[int, tuple[str, float]] = {}
         os.close(fd)  # the child reads EOF from the gate and starts copying
         cpu = base
         deadline = time.monotonic() + 300
+        polls = 0
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 cpu = cpu_split(watched.pid)  # the last sample before it exits (guard, cat)
+            if tool == "guard" and polls % THREAD_EVERY == 0:
+                threads.update(thread_cpu(watched.pid))
+            polls += 1
             if out.exists() and out.stat().st_size >= size:
                 break
             time.sleep(0.002)
         done = time.monotonic()
         with contextlib.suppress(Exception):
             cpu = cpu_split(watched.pid)
-        return (done - float(stamp.read_text()), (cpu[0] - base[0], cpu[1] - base[1]), out)
+        if tool == "guard":
+            threads.update(thread_cpu(watched.pid))
+        roles = {role: sum(c for name, c in threads.values() if name.endswith(f"-stdout-{role}"))
+                 for role in ROLES}
+        return (done - float(stamp.read_text()), (cpu[0] - base[0], cpu[1] - base[1]), out,
+                roles)
     finally:
         for proc in reversed(procs):
             stop_process(proc)
@@ -164,10 +190,16 @@ def _measure_mix(tmp: Path, peers: sups.Peers, lines: int, runs: int, mix: str
     cpus: dict[str, list[float]] = {t: [] for t in TOOLS}
     users: dict[str, list[float]] = {t: [] for t in TOOLS}
     lost: list[str] = []
+    walls: list[float] = []
+    busy: dict[str, list[float]] = {role: [] for role in ROLES}
     for run in range(runs):
         for tool in TOOLS:
-            seconds, (user, system), out = one(tool, tmp / f"pass-{mix}-{lines}-{tool}-{run}",
-                                               src, size, peers)
+            seconds, (user, system), out, roles = one(
+                tool, tmp / f"pass-{mix}-{lines}-{tool}-{run}", src, size, peers)
+            if tool == "guard":
+                walls.append(seconds)
+                for role in ROLES:
+                    busy[role].append(roles[role])
             cpu = user + system
             if _sha(out) != want:
                 lost.append(f"{tool} run {run + 1}: output {out.stat().st_size} B, checksum differs")
@@ -215,4 +247,14 @@ def _measure_mix(tmp: Path, peers: sups.Peers, lines: int, runs: int, mix: str
                           peer=[(c - u) / n_lines * 1e6
                                 for c, u in zip(cpus["supervisord"], users["supervisord"],
                                                 strict=True)]))
+    # Which of the guard's threads the copy waits on: a thread whose CPU comes near the run's
+    # wall time (ratio ~1.0x) is busy all along, and the pass-through runs at its pace.
+    for role in ROLES:
+        figures.append(Figure(f"guard {role} thread CPU per 1M lines, {label}", "CPU s",
+                              "guard's wall time", "lower",
+                              guard=[c / n_lines * 1e6 for c in busy[role]],
+                              peer=[w / n_lines * 1e6 for w in walls],
+                              note="" if role != ROLES[0] else
+                              f"guard threads, {label}: each one's CPU over the run's wall time "
+                              "(1.0x: busy all along), sampled every ~20 ms"))
     return figures

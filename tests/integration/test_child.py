@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import os
@@ -11,6 +12,8 @@ import selectors
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -288,3 +291,32 @@ def test_the_child_dies_with_a_sigkilled_guard():
         guard.wait(10)
         if child_pid is not None and wait_gone([child_pid], timeout=0):
             os.kill(child_pid, signal.SIGKILL)
+
+
+def _thread_names() -> set[str]:
+    names = set()
+    for task in Path("/proc/self/task").iterdir():
+        with contextlib.suppress(OSError):
+            names.add((task / "comm").read_text().strip())
+    return names
+
+
+def test_the_pump_threads_carry_their_launch_stream_and_role(spawn, events):
+    # `top -H` and py-spy then say which thread takes the CPU in a flood (the scanner, on the
+    # 16-core host: bench/README.md). Each thread names itself first thing; the readers have
+    # read (a line each) and the writers written (the sinks entered) before the names are read.
+    sinks = (BlockingSink(), BlockingSink())
+    for sink in sinks:
+        sink.release.set()
+    child = spawn(["print", "stdout", "out"], ["print", "stderr", "err"], ["wait_term"], gen=5,
+                  stdout_sink=sinks[0], stderr_sink=sinks[1])
+    seen = {next_line(events, lambda _: True).text for _ in range(2)}
+    assert seen == {"out", "err"}
+    assert all(sink.entered.wait(10) for sink in sinks)
+    want = {f"g5-{stream}-{role}" for stream in ("stdout", "stderr")
+            for role in ("read", "scan", "write")} | {"g5-reaper"}
+    deadline = time.monotonic() + 10  # the scanners and the reaper: started, maybe not yet run
+    while not want <= (names := _thread_names()) and time.monotonic() < deadline:
+        threading.Event().wait(0.01)
+    assert want <= names, sorted(names)
+    child.stop(2.0)

@@ -56,6 +56,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
+from sglang_guard.common.shell.threadname import name_this_thread
 from sglang_guard.errors import InputError
 from sglang_guard.rules.linereader import Find, Line, LineReader
 from sglang_guard.rules.logline import LINE_CAP
@@ -125,6 +126,7 @@ class _Pump:
         warm: Callable[[], object] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
+        self._gen = gen
         self._on_chunk, self._warm = on_chunk, warm
         self._budget = budget
         # Where the stream is in a Python traceback starts "unknown" (rules/tracebacks.py):
@@ -150,7 +152,12 @@ class _Pump:
         self.scanner.start()
         self.reader.start()
 
+    def _named(self, role: str) -> None:
+        # The kernel's name (15 bytes: "g1-stdout-scan"): `top -H` shows which one is busy.
+        name_this_thread(f"g{self._gen}-{self._stream}-{role}")
+
     def _read(self) -> None:
+        self._named("read")
         if self._warm is not None:
             self._warm()
         fd = self._pipe.fileno()
@@ -177,6 +184,7 @@ class _Pump:
             self._pipe.close()
 
     def _scan(self) -> None:
+        self._named("scan")
         if self._warm is not None:
             self._warm()
         while (chunk := self._scans.get()) is not None:
@@ -195,6 +203,7 @@ class _Pump:
             self._emit(self._stream, line.text, line.length, line.ends, line.exception)
 
     def _write(self) -> None:
+        self._named("write")
         while (chunk := self._chunks.get()) is not None:
             if self.sink_error is None:
                 try:
@@ -312,6 +321,7 @@ class Child:
         self._events.put(ChildLine(self.gen, stream, text, length, ends, exception))
 
     def _reap(self) -> None:
+        name_this_thread(f"g{self.gen}-reaper")
         returncode = self._proc.wait()
         # Normally the pipes close with the main process. A descendant that keeps them open
         # (a worker that outlived its parent) must not hide the exit: after PIPE_GRACE_S the
