@@ -1,0 +1,100 @@
+"""What the guard's scan thread costs per million lines on this machine, in-process.
+
+    python bench/h200/scan_cost.py [--lines 1000000] [--rounds 3]
+
+For each pass-through mix (bench/compare/pass_through.py's corpus, running phase, the full
+default pack, 256 KiB chunks as the pumps read them): the block scan alone (Hyperscan, no
+GIL), the line reader alone (Python and rules/_linescan.c), and both on a thread fed over a
+bounded queue as supervise/shell/child.py's scanner is. CPU seconds per million lines; the
+pass-through cannot go faster than one over the threaded figure (`bench/run`'s "guard scan
+thread" rows show how near it comes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import queue
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "compare"))
+
+import pass_through  # noqa: E402
+
+from sglang_guard.rules import linescan  # noqa: E402
+from sglang_guard.rules.linereader import Find, Hits, Line, LineReader  # noqa: E402
+from sglang_guard.rules.rules import Matcher, load_default_packs  # noqa: E402
+from sglang_guard.supervise.shell.child import READ_CHUNK, SCAN_BEHIND  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lines", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    matcher = Matcher(load_default_packs())
+    matcher.prepare_scan()
+    matcher.warm_thread()
+
+    def keep(line: Line) -> bool:  # as supervise/shell/supervisor.Supervisor._keep
+        if (line.maybe is not None and line.maybe_by is matcher
+                and not matcher.any_of(line.text, line.ends, line.maybe)):
+            return False
+        return bool(matcher.candidates(line.text, line.ends))
+
+    def find(block: bytes) -> Hits:
+        return matcher.line_scan(block, False)
+
+    print(f"line search in C: {linescan.first_line is not None}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for mix in pass_through.MIXES:
+            src = Path(tmp) / f"{mix}.log"
+            n_lines, _ = pass_through.corpus(args.lines, src, mix)
+            data = src.read_bytes()
+            chunks = [data[i:i + READ_CHUNK] for i in range(0, len(data), READ_CHUNK)]
+            per_m = 1e6 / n_lines
+            for n in range(args.rounds):
+                started = time.process_time()
+                hits = [find(chunk) for chunk in chunks]
+                scan = time.process_time() - started
+                reader = LineReader(65536, find, keep)
+                started = time.process_time()
+                for chunk, hit in zip(chunks, hits, strict=True):
+                    reader.feed(chunk, hit)
+                feed = time.process_time() - started
+                cpu, wall = _threaded(chunks, find, keep)
+                print(f"{mix} round {n + 1}: scan {scan * per_m:.3f}  lines {feed * per_m:.3f}  "
+                      f"both {(scan + feed) * per_m:.3f}  on a thread {cpu * per_m:.3f} CPU, "
+                      f"{wall * per_m:.3f} wall  (s per 1M lines)", flush=True)
+    return 0
+
+
+def _threaded(chunks: list[bytes], find: Find, keep: Callable[[Line], bool]
+              ) -> tuple[float, float]:
+    """Scan and read the chunks on a second thread, handed over as the pumps hand them."""
+    handed: queue.Queue[bytes | None] = queue.Queue(SCAN_BEHIND)
+    took: dict[str, float] = {}
+
+    def scanner() -> None:
+        reader = LineReader(65536, find, keep)
+        cpu, wall = time.thread_time(), time.perf_counter()
+        while (chunk := handed.get()) is not None:
+            reader.feed(chunk, reader.scan(chunk))
+        took["cpu"], took["wall"] = time.thread_time() - cpu, time.perf_counter() - wall
+
+    thread = threading.Thread(target=scanner)
+    thread.start()
+    for chunk in chunks:
+        handed.put(bytes(bytearray(chunk)))  # a fresh buffer, as each read is
+    handed.put(None)
+    thread.join()
+    return took["cpu"], took["wall"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
