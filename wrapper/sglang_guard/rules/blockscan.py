@@ -490,8 +490,11 @@ class FirstLine:
             return None
         scratch, found, on_match = self._scanner(db)
         found.clear()
+        # A view, not a copy of the span, where the wheel takes one (0.8.1 and later; 0.7.x
+        # scans bytes only: bench/hyperscan-builds-latest.txt).
+        span = memoryview(block)[start:end] if _takes_views(db, scratch) else block[start:end]
         try:  # noqa: SIM105 - per line that may end a traceback's frames: a with costs ~1 us
-            db.scan(memoryview(block)[start:end], match_event_handler=on_match, scratch=scratch)
+            db.scan(span, match_event_handler=on_match, scratch=scratch)
         except _hs.ScanTerminated:
             pass
         if not found:
@@ -511,6 +514,22 @@ class FirstLine:
 
             made = self._local.scanner = (_scratch(self._local, db), found, on_match)
         return made
+
+
+_VIEWS: list[bool] = []  # whether this hyperscan build scans a memoryview (asked once)
+
+
+def _takes_views(db: Any, scratch: Any) -> bool:
+    """Whether the installed hyperscan scans a memoryview: 0.8.1 and later do; 0.7.x raises
+    TypeError ("a bytes-like object is required") for anything but bytes."""
+    if not _VIEWS:
+        try:
+            db.scan(memoryview(b"\n"), match_event_handler=lambda *_: False, scratch=scratch)
+        except TypeError:
+            _VIEWS.append(False)
+        else:
+            _VIEWS.append(True)
+    return _VIEWS[0]
 
 
 def _first_line_db(patterns: tuple[bytes, ...]) -> Any:
