@@ -4,6 +4,7 @@ the build takes one, bytes where it does not)."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 
@@ -32,6 +33,14 @@ def _allowed() -> Requirement:
 ])
 def test_builds_measured_unusable_are_refused(version, why):
     assert not _allowed().specifier.contains(Version(version)), why
+
+
+def test_the_build_under_test_is_the_one_asked_for():
+    # scripts/test runs these tests again on the other allowed line (PYTHONPATH): that one.
+    want = os.environ.get("SGLANG_GUARD_EXPECT_HYPERSCAN")
+    if want is None:
+        pytest.skip("no particular hyperscan asked for (scripts/test's second run sets one)")
+    assert hyperscan.__version__ == want
 
 
 @pytest.mark.parametrize("version", ["0.7.21", "0.8.1", "0.8.2", "0.9.0", "0.9.1"])
