@@ -30,6 +30,7 @@ from sglang_guard.rules import linescan  # noqa: E402
 from sglang_guard.rules.linereader import Find, Hits, Line, LineReader  # noqa: E402
 from sglang_guard.rules.rules import Matcher, load_default_packs  # noqa: E402
 from sglang_guard.supervise.shell.child import READ_CHUNK, SCAN_BEHIND  # noqa: E402
+from sglang_guard.supervise.shell.supervisor import keeps  # noqa: E402
 
 
 def main() -> int:
@@ -41,11 +42,8 @@ def main() -> int:
     matcher.prepare_scan()
     matcher.warm_thread()
 
-    def keep(line: Line) -> bool:  # as supervise/shell/supervisor.Supervisor._keep
-        if (line.maybe is not None and line.maybe_by is matcher
-                and not matcher.any_of(line.text, line.ends, line.maybe)):
-            return False
-        return bool(matcher.candidates(line.text, line.ends))
+    def keep(line: Line) -> bool:  # the supervisor's own (Supervisor._keep)
+        return keeps(matcher, line)
 
     def find(block: bytes) -> Hits:
         return matcher.line_scan(block, False)

@@ -78,6 +78,7 @@ from sglang_guard.supervise.shell.timers import Timers
 from sglang_guard.supervise.shell.watch import FileWatcher, Kind
 
 if TYPE_CHECKING:
+    from sglang_guard.rules.rules import Matcher
     from sglang_guard.supervise.shell.reloader import ReloadOutcome
 
 PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
@@ -368,21 +369,8 @@ class Supervisor:
         return on_stage
 
     def _keep(self, line: Line) -> bool:
-        """Of the lines a scan hit, those the machine acts on: one a rule reads (the exact
-        per-line matcher), SGLang's ready line (the reader adds every exception line that
-        ends a traceback). A line that only quotes a fatal message stops here, no event."""
-        if READY_LINE in line.text:
-            return True
-        matcher = self.rt.env.matcher
-        # The chunk's scan named the rules that might match (Line.maybe): their own regexes
-        # say no at once (a quoting near-miss, the common hit); a line they take is then
-        # checked whole, which the machine's own asks of it find again (Matcher.candidates
-        # keeps the last few answers). Only this matcher's numbers: a chunk scanned before
-        # a reload numbered the old pack's rules, and is checked whole.
-        if (line.maybe is not None and line.maybe_by is matcher
-                and not matcher.any_of(line.text, line.ends, line.maybe)):
-            return False
-        return bool(matcher.candidates(line.text, line.ends))
+        """The line reader's `keep`: `keeps` with the current matcher."""
+        return keeps(self.rt.env.matcher, line)
 
     def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
         """The pumps call this per chunk (after its lines): while starting, progress evidence
@@ -679,3 +667,20 @@ def run_supervisor(rt: Runtime, cl: CommandLine, journal: JournalFile | None) ->
     finally:
         if journal is not None:
             journal.close()
+
+
+def keeps(matcher: Matcher, line: Line) -> bool:
+    """Of the lines a scan hit, those the machine acts on: one a rule reads (the exact
+    per-line matcher), SGLang's ready line (the reader adds every exception line that
+    ends a traceback). A line that only quotes a fatal message stops here, no event."""
+    if READY_LINE in line.text:
+        return True
+    # The chunk's scan named the rules that might match (Line.maybe): their own regexes
+    # say no at once (a quoting near-miss, the common hit); a line they take is then
+    # checked whole, which the machine's own asks of it find again (Matcher.candidates
+    # keeps the last few answers). Only this matcher's numbers: a chunk scanned before
+    # a reload numbered the old pack's rules, and is checked whole.
+    if (line.maybe is not None and line.maybe_by is matcher
+            and not matcher.any_of(line.text, line.ends, line.maybe)):
+        return False
+    return bool(matcher.candidates(line.text, line.ends))
