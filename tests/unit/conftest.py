@@ -41,11 +41,12 @@ def options() -> OptionTable:
 
 @pytest.fixture(params=["c", "regex"])
 def both_searches(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """The test once with the traceback tracker's C line search and once with its regexes
-    (rules/linescan.py): modules that hold the reader to a per-line pass use it for all their
-    tests (`pytestmark = pytest.mark.usefixtures("both_searches")`)."""
+    """The test once with the traceback tracker's C line search and walk and once with its
+    regexes and Python (rules/linescan.py): modules that hold the reader to a per-line pass
+    use it for all their tests (`pytestmark = pytest.mark.usefixtures("both_searches")`)."""
     if request.param == "regex":
         monkeypatch.setattr(linescan, "first_line", None)
+        monkeypatch.setattr(linescan, "advance", None)
     elif not linescan.compiled:
         pytest.skip("the C line search is not built here")
     return str(request.param)

@@ -1,4 +1,5 @@
-"""Issue 24: the traceback tracker's line search in C answers exactly what its regexes answer.
+"""Issue 24: the traceback tracker's line search in C answers exactly what its regexes answer,
+and its walk in C (`advance`) exactly what rules/tracebacks._advance does.
 
 rules/_linescan.c reads each line's head by hand where rules/tracebacks.py's byte regexes
 (`_candidates`, searched by `_next_line`) define the answer; the tracker's state over the lines
@@ -70,25 +71,36 @@ PIECES = [
 ]
 
 
-def soup(rng: random.Random, lines: int) -> bytes:
+def soup(rng: random.Random, lines: int, pieces: list[bytes] = PIECES,
+         headers: float = 0.0) -> bytes:
+    """`lines` lines: a tenth blank runs, a share `headers` traceback headers, the rest 1-4
+    random pieces each."""
     out = []
     for _ in range(lines):
-        if rng.random() < 0.1:
-            out.append(rng.choice([b" " * rng.choice([2, 3, 7, 8, 9]), b"", b"\t\r"]))
+        roll = rng.random()
+        if roll < 0.1:
+            out.append(rng.choice([b" " * rng.choice([2, 3, 7, 8, 9]), b"", b"\t\r", b"\x1c"]))
+        elif roll < 0.1 + headers:
+            out.append(tb.HEADER.encode())
         else:
-            out.append(b"".join(rng.choice(PIECES) for _ in range(rng.randint(1, 4))))
+            out.append(b"".join(rng.choice(pieces) for _ in range(rng.randint(1, 4))))
     return b"\n".join(out) + b"\n"
+
+
+def windows(log: Path, size: int) -> list[bytes]:
+    """The log (its last line given a newline) in windows of `size` lines."""
+    raw = log.read_bytes()
+    raw = raw if raw.endswith(b"\n") else raw + b"\n"
+    lines = raw.splitlines(keepends=True)
+    return [b"".join(lines[at:at + size]) for at in range(0, len(lines), size)]
 
 
 @needs_c
 @pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
                          ids=lambda p: p.name)
 def test_the_c_search_answers_as_the_regexes_on_every_stored_log(log: Path) -> None:
-    raw = log.read_bytes()
-    raw = raw if raw.endswith(b"\n") else raw + b"\n"
-    lines = raw.splitlines(keepends=True)
-    for at in range(0, len(lines), 40):  # windows of 40 lines: every start in each
-        agree(b"".join(lines[at:at + 40]), caps=(8, 4096))
+    for window in windows(log, 40):  # every start in each
+        agree(window, caps=(8, 4096))
 
 
 @needs_c
@@ -150,3 +162,130 @@ def test_the_c_search_is_built_where_it_is_required() -> None:
     pure = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, env={**os.environ, "SGLANG_GUARD_PURE": "1"})
     assert pure.stdout.strip() == "False"
+
+
+# --- advance: the walk over the lines nobody reads --------------------------------------------
+# rules/_linescan.c's `advance` against rules/tracebacks._advance (its definition), from every
+# state: the same state and the same exception lines wherever the C answers, and the C
+# declining (None) only where a line it would step is not plain ASCII.
+
+def walk_py(state: str, block: bytes, start: int, end: int, cap: int
+            ) -> tuple[str, list[tuple[int, int, str]]]:
+    found: list[tuple[int, int, str]] = []
+    return tb._advance(state, block, (start, end), cap, found), found
+
+
+def walk_c(state: str, block: bytes, start: int, end: int, cap: int
+           ) -> tuple[str, list[tuple[int, int, str]]] | None:
+    assert linescan.advance is not None
+    done = linescan.advance(tb.STATES.index(state), block, start, end, cap)
+    return None if done is None else (tb.STATES[done[0]], done[1])
+
+
+def _plain(block: bytes, start: int, end: int) -> bool:
+    return all(b < 0x80 and b not in (0x1B, 0) for b in block[start:end])
+
+
+def walks_agree(block: bytes, caps: tuple[int, ...] = (8, 4096, 65536), every: int = 1) -> int:
+    """From every `every`-th line start to the block's end and to a few later line ends, from
+    every state and cap: the C's answer, where it gives one, is Python's. How many it gave."""
+    starts = line_starts(block)
+    ends = [i + 1 for i in range(len(block)) if block[i] == 10]
+    answered = 0
+    for start in starts[::every]:
+        for end in {len(block), *(e for e in ends[:: max(1, len(ends) // 3)] if e > start)}:
+            for state in tb.STATES:
+                for cap in caps:
+                    got = walk_c(state, block, start, end, cap)
+                    if got is None:
+                        assert not _plain(block, start, end), (state, block[start:end][:300])
+                        continue
+                    answered += 1
+                    assert got == walk_py(state, block, start, end, cap), (
+                        state, cap, block[start:end][:400])
+    return answered
+
+
+WALK_PIECES = [
+    *PIECES,
+    b"[2026-11-29 16:50:52.123] ", b"[2026-11-29 16:50:52.1234567890] ", b"[2026-11-29 16:50:52.] ",
+    b"[2026-11-29 16:50:52 DP0 TP1 EP0] ", b"[2026-11-29 16:50:52 " + b"x" * 201 + b"] ",
+    b"[2026-11-29 16:50:52 " + b"x" * 199 + b"] ", b"[2026-11-29 16:50:52 TP0]x",
+    b"[2026-11-29 16:50:52 TP0] ] ", b"Receive: obj='a", b"Receive OpenAI: x", b"Receive:x",
+    b"{\"event\": \"request.received\"", b"{\"event\":\"request.x", b"{\"event\":  \"request.",
+    b"'", b"\"", b"\\", b"'a\\'b'", b"\"\\\"\"", b"Finish: obj=\"",
+    b"Traceback (most recent call last):", b"Traceback (most recent call last): \x1c",
+    b"a.b.c.d.e.f.g.h.Error: x", b"a.b.c.d.e.f.g.h.i.Error: x", b"A" * 64 + b"b: x",
+    b"A" * 65 + b"b: x", b"Ab" + b"c" * 127, b"Ab" + b"c" * 128, b"x" * 64 + b".Error",
+    b"x" * 65 + b".Error", b"Error\r", b"Error \r", b"\x1c\x1d\x1e\x1f", b"\x0b\x0c",
+    b"1Error: x", b"- - Error", b"-  Error: x", b"Error:x", b"Error.", b"ValueError\rx",
+    # whole request records, their quote open or closed, each spelling of the event
+    *(b"[2026-11-29 16:50:52 TP0] " + word + text
+      for word in (b"Receive: ", b"Receive OpenAI: ", b"Finish: ", b"Receive:", b"Finish:",
+                   b"{\"event\": \"request.received\", ", b"{\"event\":\"request.finished\",",
+                   b"{\"event\":  \"request.x\", ", b"{\"event\": \"requests\", ")
+      for text in (b"obj='open", b"obj='closed'", b"\"text\": \"open", b"\"t\": \"a\\\"b\"")),
+]
+
+
+@needs_c
+@pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
+                         ids=lambda p: p.name)
+def test_the_c_walk_answers_as_python_on_every_stored_log(log: Path) -> None:
+    answered = sum(walks_agree(window, caps=(8, 65536), every=3) for window in windows(log, 60))
+    assert answered  # the C answered somewhere: it is the path the reader takes
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(300))
+def test_the_c_walk_answers_as_python_on_random_line_soups(seed: int) -> None:
+    rng = random.Random(seed)  # noqa: S311 - a reproducible soup, not a secret
+    walks_agree(soup(rng, rng.randint(1, 14), WALK_PIECES, headers=0.15))
+
+
+@needs_c
+def test_the_c_walk_reads_each_record_shape_and_exception_bound_as_python() -> None:
+    """Each bound of the record and exception patterns, on both sides of it, as the line that
+    a traceback, a message and an unknown start step."""
+    answered = 0
+    for piece in WALK_PIECES:
+        for before in (b"", b"  File \"x\"\n", b"[2026-11-29 16:50:52] Traceback (most recent "
+                                               b"call last):\n"):
+            block = before + piece + b"\n" + piece + b": y\nnext\n"
+            answered += walks_agree(block, caps=(4, 65536))
+    assert answered > 1000
+
+
+@needs_c
+def test_the_c_walk_declines_a_line_it_must_step_that_is_not_ascii() -> None:
+    assert linescan.advance is not None
+    block = b'  File "x"\nValueError: caf\xc3\xa9\nmore\n'
+    assert linescan.advance(tb.STATES.index(tb.TRACEBACK), block, 0, len(block), 65536) is None
+    assert walk_py(tb.TRACEBACK, block, 0, len(block), 65536) == (
+        tb.MESSAGE, [(11, 28, "ValueError: café")])
+    # A line it does not step may hold anything: a frame's source line, a progress bar.
+    block = b'  File "x"\n    s = "\xe2\x96\x88\x1b[0m"\nValueError: x\n'
+    assert walk_c(tb.TRACEBACK, block, 0, len(block), 65536) == walk_py(
+        tb.TRACEBACK, block, 0, len(block), 65536)
+
+
+@needs_c
+def test_a_long_span_is_walked_without_the_gil_and_answers_the_same() -> None:
+    frames = b'  File "x.py", line 1, in f\n    f()\n' * 5_000  # past RELEASE_GIL_AT
+    block = (frames + b"RuntimeError: boom\n\n[2026-11-29 16:50:52] Receive: obj='open\n"
+             + frames)
+    at = len(frames)
+    want = (tb.REQUEST, [(at, at + len(b"RuntimeError: boom"), "RuntimeError: boom")])
+    assert walk_c(tb.TRACEBACK, block, 0, len(block), 65536) == want
+    assert walk_py(tb.TRACEBACK, block, 0, len(block), 65536) == want
+
+
+@needs_c
+@pytest.mark.parametrize("args", [(5, b"x\n", 0, 2, 8), (-1, b"x\n", 0, 2, 8),
+                                  (0, b"x\n", -1, 2, 8), (0, b"x\n", 0, 3, 8),
+                                  (0, b"xy", 0, 2, 8), (0, b"x\n", 0, 2, 0)])
+def test_the_walk_refuses_arguments_out_of_range(args: tuple[int, bytes, int, int, int]
+                                                 ) -> None:
+    assert linescan.advance is not None
+    with pytest.raises(ValueError, match="advance"):
+        linescan.advance(*args)

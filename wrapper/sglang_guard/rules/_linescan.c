@@ -1,5 +1,5 @@
-/* The traceback tracker's line search in C (rules/linescan.py is its Python face), and
-   rules/logline.quotes_closed.
+/* The traceback tracker's line search in C (rules/linescan.py is its Python face), its walk
+   over the lines nobody reads (`advance`), and rules/logline.quotes_closed.
 
    first_line(block, start, end, kind, cap) -> int: where the first line of block[start:end]
    (whole lines; block[end - 1] is a newline) that `kind` takes starts, or -1. Exactly what
@@ -20,9 +20,11 @@
    literal to skip ahead on: every line's start is a place to try); this reads each line's
    head and finds its newline with memchr. The GIL is released over a long span. */
 
+#define _GNU_SOURCE /* memrchr */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { FRAMES = 0, MESSAGE = 1, BLANK_ONLY = 2 };
@@ -166,26 +168,18 @@ static PyObject *first_line(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(found);
 }
 
-/* quotes_closed(line: str) -> bool: rules/logline.quotes_closed (its definition is the regex
-   logline.CLOSED), read over the line's UTF-8: the quotes, the backslash and the newline are
-   ASCII, and no byte of a multi-byte character is one of them, so skipping the byte after a
-   backslash lands where skipping the character does, or inside that character, on bytes
-   that are never read as special. A str with a lone surrogate has no UTF-8: the caller
-   reads it in Python (UnicodeEncodeError). */
-static PyObject *quotes_closed(PyObject *self, PyObject *arg) {
-    (void)self;
-    Py_ssize_t size;
-    const char *text = PyUnicode_AsUTF8AndSize(arg, &size);
-    if (text == NULL)
-        return NULL;
-    const unsigned char *p = (const unsigned char *)text, *e = p + size;
+/* Whether every quote of text[0:n] closes on it (logline.CLOSED), read over its UTF-8: the
+   quotes, the backslash and the newline are ASCII, and no byte of a multi-byte character is
+   one of them, so skipping the byte after a backslash lands where skipping the character
+   does, or inside that character, on bytes that are never read as special. */
+static int closed(const unsigned char *p, const unsigned char *e) {
     while (p < e) {
         unsigned char c = *p;
         if (c == '\\') { /* an escape outside quotes, or the line's last character */
             if (p + 1 == e)
-                Py_RETURN_TRUE;
+                return 1;
             if (p[1] == '\n') /* nothing escapes a newline */
-                Py_RETURN_FALSE;
+                return 0;
             p += 2;
             continue;
         }
@@ -198,20 +192,333 @@ static PyObject *quotes_closed(PyObject *self, PyObject *arg) {
             while (p < e && *p != c && *p != '\\')
                 p++;
             if (p == e)
-                Py_RETURN_FALSE; /* the quote runs on past the line's end */
+                return 0; /* the quote runs on past the line's end */
             if (*p++ == c)
                 break; /* the closing quote */
             if (p == e || *p == '\n')
-                Py_RETURN_FALSE;
+                return 0;
             p++;
         }
     }
-    Py_RETURN_TRUE;
+    return 1;
+}
+
+/* ---- advance: rules/tracebacks.advance over the lines nobody reads --------------------------
+
+   advance(state, block, start, end, cap) -> (state, [(start, stop, text), ...]) | None
+
+   What rules/tracebacks.py's `_advance` (its definition) leaves: the state after the whole
+   lines block[start:end], and the exception lines that end a traceback's frames among them.
+   States: 0 unknown, 1 other, 2 request, 3 traceback, 4 message. It finds the lines that may
+   move the state with `search` (above) and steps each as `step` does, on the line as
+   logline.clean leaves it. It reads those lines only where cleaning them is taking their
+   head: every byte of the head ASCII and none an ESC or a NUL; the text is then the head
+   less its trailing CRs, and Python's str regexes (\d, \w, str.strip) read ASCII as below.
+   Any other line it would have to step makes it answer None, and the caller walks the span
+   in Python. tests/unit/test_tracebacks.py holds the two equal over stored logs, random line
+   soups, every state and several caps. The GIL is released over a long span. */
+
+enum { S_UNKNOWN = 0, S_OTHER = 1, S_REQUEST = 2, S_TRACEBACK = 3, S_MESSAGE = 4 };
+enum { ABORT = -1, NO_MEMORY = -2 };
+static const char HEADER[] = "Traceback (most recent call last):";
+
+typedef struct {
+    Py_ssize_t *at; /* pairs: the line's start, its newline */
+    size_t n, size;
+} Found;
+
+static int found_add(Found *f, Py_ssize_t line, Py_ssize_t stop) {
+    if (f->n + 2 > f->size) {
+        size_t size = f->size ? f->size * 2 : 16;
+        Py_ssize_t *at = realloc(f->at, size * sizeof *at);
+        if (at == NULL)
+            return 0;
+        f->at = at;
+        f->size = size;
+    }
+    f->at[f->n++] = line;
+    f->at[f->n++] = stop;
+    return 1;
+}
+
+/* str.isspace over ASCII */
+static int ws(unsigned char c) {
+    return c == ' ' || (c >= '\t' && c <= '\r') || (c >= 0x1c && c <= 0x1f);
+}
+
+static int ascii_word(unsigned char c) {
+    return is_upper(c) || is_lower(c) || is_digit(c) || c == '_';
+}
+
+/* tracebacks._RECORD_AT at p (a line's start, n bytes to the span's end): the 20 bytes
+   "[dddd-dd-dd dd:dd:dd". The pattern holds no newline and the line ends before the span
+   does, so the bytes past the span's end that the regex may see cannot be part of a match. */
+static int record_head(const unsigned char *p, Py_ssize_t n) {
+    static const char shape[] = "[dddd-dd-dd dd:dd:dd";
+    if (n < 20)
+        return 0;
+    for (int k = 0; k < 20; k++) {
+        if (shape[k] == 'd' ? !is_digit(p[k]) : p[k] != (unsigned char)shape[k])
+            return 0;
+    }
+    return 1;
+}
+
+/* Where logline._RECORD's match of t[0:n] ends, or -1:
+   \[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?(?: [^\]]{0,200})?\] 
+   Each optional group is decided by the byte after what precedes it: "." starts only the
+   first, " " only the second, and "]" only the end. The fraction's digits must be followed
+   by " " or "]", so they are all of the digit run (1-9 of them); the second group's class
+   cannot pass a "]", so it ends at the first "]", which must come within 200 bytes and be
+   followed by " ". Without a group taken, the byte it would start must be the end's "]". */
+static Py_ssize_t record_end(const unsigned char *t, Py_ssize_t n) {
+    if (!record_head(t, n))
+        return -1;
+    Py_ssize_t i = 20;
+    if (i < n && t[i] == '.') {
+        Py_ssize_t j = i + 1;
+        while (j < n && is_digit(t[j]))
+            j++;
+        if (j - (i + 1) < 1 || j - (i + 1) > 9)
+            return -1;
+        i = j;
+    }
+    if (i < n && t[i] == ' ') {
+        const unsigned char *close = memchr(t + i + 1, ']', (size_t)(n - (i + 1)));
+        if (close == NULL || (close - t) - (i + 1) > 200)
+            return -1;
+        i = close - t;
+    }
+    if (i + 1 < n && t[i] == ']' && t[i + 1] == ' ')
+        return i + 2;
+    return -1;
+}
+
+/* logline.REQUEST_PATTERN at t[i:n]: (?:Receive(?: OpenAI)?: |Finish: |\{"event": ?"request\.) */
+static int request_words(const unsigned char *t, Py_ssize_t i, Py_ssize_t n) {
+    const unsigned char *p = t + i, *e = t + n;
+    return starts(p, e, "Receive: ") || starts(p, e, "Receive OpenAI: ")
+           || starts(p, e, "Finish: ") || starts(p, e, "{\"event\": \"request.")
+           || starts(p, e, "{\"event\":\"request.");
+}
+
+/* logline._EXCEPTION's match at t[0:n] (the text, so `$` is its end):
+   (?:- )?(?:[A-Za-z_]\w{0,63}\.){0,8}[A-Z][A-Z0-9_]{0,63}[a-z]\w{0,127}(?::|$)
+   As `exception` above reads the unbounded form, the parts are the runs between the dots;
+   here also at most 8 before the last, each 1-64 bytes; in the last, [A-Z0-9_]{0,63} ends at
+   its first lower-case letter (no other byte of a word run stops it), so that letter is at
+   most 64 bytes into the part, and at most 127 bytes follow it. */
+static int exception_exact(const unsigned char *t, Py_ssize_t n) {
+    Py_ssize_t p = 0;
+    int parts = 0;
+    if (n >= 2 && t[0] == '-' && t[1] == ' ')
+        p = 2;
+    for (;;) {
+        Py_ssize_t part = p;
+        while (p < n && ascii_word(t[p]))
+            p++;
+        if (p < n && t[p] == '.') {
+            if (p == part || p - part > 64 || is_digit(t[part]) || ++parts > 8)
+                return 0;
+            p++;
+            continue;
+        }
+        if (p == part || !is_upper(t[part]))
+            return 0;
+        Py_ssize_t q = part + 1;
+        while (q < p && !is_lower(t[q]))
+            q++;
+        if (q == p || q - part > 64 || p - q - 1 > 127)
+            return 0;
+        return p == n || t[p] == ':';
+    }
+}
+
+/* rules/tracebacks.step's next state for the text t[0:n] (ASCII). */
+static int step(int state, const unsigned char *t, Py_ssize_t n) {
+    Py_ssize_t m = n; /* t.rstrip() */
+    while (m > 0 && ws(t[m - 1]))
+        m--;
+    Py_ssize_t h = (Py_ssize_t)(sizeof HEADER - 1);
+    int header = m >= h && memcmp(t + m - h, HEADER, (size_t)h) == 0;
+    int blank = m == 0;
+    Py_ssize_t rec = record_end(t, n);
+    if (rec >= 0) {
+        if (request_words(t, rec, n) && !closed(t, t + n))
+            return S_REQUEST;
+        if (header)
+            return S_TRACEBACK;
+        return state == S_TRACEBACK ? S_TRACEBACK : S_OTHER;
+    }
+    if (state == S_REQUEST)
+        return S_REQUEST;
+    if (header)
+        return S_TRACEBACK;
+    if (state == S_TRACEBACK) {
+        if (blank)
+            return S_OTHER;
+        return exception_exact(t, n) ? S_MESSAGE : S_TRACEBACK;
+    }
+    if (state == S_MESSAGE)
+        return blank ? S_OTHER : S_MESSAGE;
+    return blank ? S_OTHER : state;
+}
+
+/* The line at `line` (tracebacks._line_at): its newline, and its text as t[0:*n] if cleaning
+   it is taking its head (see above); 0: it is not. */
+static int text_at(const unsigned char *block, Py_ssize_t line, Py_ssize_t end, Py_ssize_t cap,
+                   Py_ssize_t *stop, Py_ssize_t *n) {
+    const unsigned char *nl = memchr(block + line, '\n', (size_t)(end - line));
+    *stop = nl == NULL ? end - 1 : nl - block; /* end - 1 is a newline (the caller's word) */
+    Py_ssize_t head = *stop - line < cap ? *stop - line : cap;
+    const unsigned char *t = block + line;
+    for (Py_ssize_t k = 0; k < head; k++) {
+        if (t[k] >= 0x80 || t[k] == 0x1b || t[k] == 0)
+            return 0;
+    }
+    while (head > 0 && t[head - 1] == '\r')
+        head--;
+    *n = head;
+    return 1;
+}
+
+static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
+                Py_ssize_t cap, Found *found);
+
+/* tracebacks._after_last_record: outside a traceback and a message the last record of the
+   span decides; without one, a blank line ends an unknown start. */
+static int after_last_record(int state, const unsigned char *block, Py_ssize_t start,
+                             Py_ssize_t end, Py_ssize_t cap, Found *found) {
+    Py_ssize_t at = end - 1, stop, n;
+    while (at > start) {
+        /* block.rfind(b"\n[", start, at) */
+        Py_ssize_t nl = -1;
+        for (Py_ssize_t i = at - 2; i >= start; i--) {
+            const unsigned char *q = memrchr(block + start, '\n', (size_t)(i + 1 - start));
+            if (q == NULL)
+                break;
+            i = q - block;
+            if (block[i + 1] == '[') {
+                nl = i;
+                break;
+            }
+        }
+        Py_ssize_t line = nl >= 0 ? nl + 1 : start;
+        if (record_head(block + line, end - line)) {
+            if (!text_at(block, line, end, cap, &stop, &n))
+                return ABORT;
+            if (record_end(block + line, n) >= 0)
+                return walk(step(state, block + line, n), block, stop + 1, end, cap, found);
+        }
+        if (nl < 0)
+            break;
+        at = nl;
+    }
+    while (state == S_UNKNOWN && start < end) {
+        Py_ssize_t line = search(block, start, end, BLANK_ONLY, cap);
+        if (line < 0)
+            break;
+        if (!text_at(block, line, end, cap, &stop, &n))
+            return ABORT;
+        Py_ssize_t m = n;
+        while (m > 0 && ws(block[line + m - 1]))
+            m--;
+        if (m == 0)
+            return S_OTHER;
+        start = stop + 1;
+    }
+    return state;
+}
+
+/* tracebacks._advance */
+static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
+                Py_ssize_t cap, Found *found) {
+    Py_ssize_t stop, n;
+    while (start < end) {
+        if (state != S_TRACEBACK && state != S_MESSAGE)
+            return after_last_record(state, block, start, end, cap, found);
+        Py_ssize_t line = search(block, start, end, state == S_TRACEBACK ? FRAMES : MESSAGE, cap);
+        if (line < 0)
+            return state;
+        if (!text_at(block, line, end, cap, &stop, &n))
+            return ABORT;
+        int before = state;
+        state = step(state, block + line, n);
+        if (before == S_TRACEBACK && state == S_MESSAGE && !found_add(found, line, stop))
+            return NO_MEMORY;
+        start = stop + 1;
+    }
+    return state;
+}
+
+static PyObject *advance(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start, end, cap;
+    int state;
+    if (!PyArg_ParseTuple(args, "iy*nnn:advance", &state, &view, &start, &end, &cap))
+        return NULL;
+    if (state < S_UNKNOWN || state > S_MESSAGE || start < 0 || end > view.len || cap < 1
+        || (start < end && ((const unsigned char *)view.buf)[end - 1] != '\n')) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "advance: need a state 0-4, 0 <= start, end <= "
+                                          "len(block), block[end - 1] a newline, cap >= 1");
+        return NULL;
+    }
+    const unsigned char *block = (const unsigned char *)view.buf;
+    Found found = {NULL, 0, 0};
+    int after;
+    if (end - start >= RELEASE_GIL_AT) {
+        Py_BEGIN_ALLOW_THREADS
+        after = walk(state, block, start, end, cap, &found);
+        Py_END_ALLOW_THREADS
+    } else {
+        after = walk(state, block, start, end, cap, &found);
+    }
+    PyObject *result = NULL, *list = NULL;
+    if (after == NO_MEMORY) {
+        PyErr_NoMemory();
+    } else if (after == ABORT) {
+        result = Py_NewRef(Py_None);
+    } else if ((list = PyList_New((Py_ssize_t)(found.n / 2))) != NULL) {
+        for (size_t k = 0; k < found.n; k += 2) {
+            Py_ssize_t line = found.at[k], stop = found.at[k + 1], n;
+            text_at(block, line, end, cap, &stop, &n); /* it was read once: ASCII */
+            PyObject *item = Py_BuildValue("(nnN)", line, stop,
+                                           PyUnicode_DecodeASCII((const char *)block + line,
+                                                                 n, NULL));
+            if (item == NULL) {
+                Py_CLEAR(list);
+                break;
+            }
+            PyList_SetItem(list, (Py_ssize_t)(k / 2), item);
+        }
+        if (list != NULL)
+            result = Py_BuildValue("(iN)", after, list);
+    }
+    free(found.at);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* quotes_closed(line: str) -> bool: rules/logline.quotes_closed. A str with a lone surrogate
+   has no UTF-8: the caller reads it in Python (UnicodeEncodeError). */
+static PyObject *quotes_closed(PyObject *self, PyObject *arg) {
+    (void)self;
+    Py_ssize_t size;
+    const char *text = PyUnicode_AsUTF8AndSize(arg, &size);
+    if (text == NULL)
+        return NULL;
+    const unsigned char *p = (const unsigned char *)text;
+    return PyBool_FromLong(closed(p, p + size));
 }
 
 static PyMethodDef methods[] = {
     {"quotes_closed", quotes_closed, METH_O,
      "quotes_closed(line) -> bool: every quote the line opens closes on it (logline.CLOSED)."},
+    {"advance", advance, METH_VARARGS,
+     "advance(state, block, start, end, cap) -> (state, [(start, stop, text)]) | None: "
+     "rules/tracebacks.advance over block[start:end], or None where a line needs Python."},
     {"first_line", first_line, METH_VARARGS,
      "first_line(block, start, end, kind, cap) -> int: the first line of block[start:end] that "
      "kind (0 frames, 1 message, 2 blank) takes, or -1."},

@@ -48,6 +48,8 @@ from sglang_guard.rules.logline import (
 
 HEADER = "Traceback (most recent call last):"
 UNKNOWN, OTHER, REQUEST, TRACEBACK, MESSAGE = "unknown", "other", "request", "traceback", "message"
+STATES = (UNKNOWN, OTHER, REQUEST, TRACEBACK, MESSAGE)  # as rules/_linescan.c numbers them
+_STATE_NUMBER = {state: i for i, state in enumerate(STATES)}
 # A record's start in bytes (as logline.is_record reads it: srt/utils/common.py:2630), where
 # `advance` looks for the last record of a span (then read as `is_record` reads it).
 _RECORD_AT = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
@@ -208,6 +210,19 @@ def advance(state: str, block: bytes, span: tuple[int, int], cap: int,
     exception lines that end a traceback's frames are added to `exceptions` as (start, end,
     text): the machine sees each even when no rule matches it.
     """
+    walk = linescan.advance
+    if walk is not None:  # in C (rules/_linescan.c), unless a line it must step is not ASCII
+        done = walk(_STATE_NUMBER[state], block, span[0], span[1], cap)
+        if done is not None:
+            after, found = done
+            exceptions += found
+            return STATES[after]
+    return _advance(state, block, span, cap, exceptions)
+
+
+def _advance(state: str, block: bytes, span: tuple[int, int], cap: int,
+             exceptions: list[tuple[int, int, str]]) -> str:
+    """`advance` in Python: its definition, which rules/_linescan.c's answers equal."""
     start, end = span
     while start < end:
         if state not in (TRACEBACK, MESSAGE):
@@ -238,7 +253,7 @@ def _after_last_record(state: str, block: bytes, span: tuple[int, int], cap: int
             stop, text = _line_at(block, line, end, cap)
             if is_record(text):
                 after, _ = step(state, text)
-                return advance(after, block, (stop + 1, end), cap, exceptions)
+                return _advance(after, block, (stop + 1, end), cap, exceptions)
         if nl < 0:
             break
         at = nl
