@@ -4,10 +4,10 @@
 
 For each pass-through mix (bench/compare/pass_through.py's corpus, running phase, the full
 default pack, 256 KiB chunks as the pumps read them): the block scan alone (Hyperscan, no
-GIL), the line reader alone (Python and rules/_linescan.c), and both on a thread fed over a
-bounded queue as supervise/shell/child.py's scanner is. CPU seconds per million lines; the
-pass-through cannot go faster than one over the threaded figure (`bench/run`'s "guard scan
-thread" rows show how near it comes).
+GIL), the line reader alone (Python, and rules/_linescan.c's search and walk), and both on
+a thread fed over a bounded queue as supervise/shell/child.py's scanner is. CPU seconds per
+million lines; the pass-through cannot go faster than one over the threaded figure
+(`bench/run`'s "guard scan thread" rows show how near it comes).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ def main() -> int:
     def find(block: bytes) -> Hits:
         return matcher.line_scan(block, False)
 
-    print(f"line search in C: {linescan.first_line is not None}")
+    print(f"line search in C: {linescan.first_line is not None}; "
+          f"walk in C: {linescan.advance is not None}")
     with tempfile.TemporaryDirectory() as tmp:
         for mix in pass_through.MIXES:
             src = Path(tmp) / f"{mix}.log"
