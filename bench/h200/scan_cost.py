@@ -49,7 +49,7 @@ def main() -> int:
         return matcher.line_scan(block, False)
 
     print(f"line search in C: {linescan.first_line is not None}; "
-          f"walk in C: {linescan.advance is not None}")
+          f"walk in C: {getattr(linescan, 'advance', None) is not None}")
     with tempfile.TemporaryDirectory() as tmp:
         for mix in pass_through.MIXES:
             src = Path(tmp) / f"{mix}.log"
