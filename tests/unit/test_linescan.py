@@ -158,6 +158,7 @@ def test_the_c_search_is_built_where_it_is_required() -> None:
     the regexes fails here instead of only running slower."""
     if os.environ.get("SGLANG_GUARD_REQUIRE_NATIVE") == "1":
         assert linescan.compiled and linescan.first_line is not None
+        assert linescan.advance is not None
     probe = "from sglang_guard.rules import linescan; print(linescan.compiled)"
     pure = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           check=True, env={**os.environ, "SGLANG_GUARD_PURE": "1"})
