@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +44,32 @@ def machine() -> str:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     return (f"{model}; {os.cpu_count()} cores; {psutil.virtual_memory().total / 2**30:.0f} GiB; "
             f"Linux {platform.release()}; Python {platform.python_version()}; load {load}")
+
+
+def guard_build() -> str:
+    """One line: what the guard's own processes import (asked of a child with this
+    interpreter and environment, as the bench starts the guard): its commit, the Hyperscan
+    build (0.9.1 and 0.7.21 scan the running set at 2.5x different speeds:
+    bench/hyperscan-sets-latest.txt) and whether the C line search and walk are built."""
+    probe = ("import hyperscan, sglang_guard.rules.linescan as l; "
+             "print(getattr(hyperscan, '__version__', '?'), l.first_line is not None, "
+             "getattr(l, 'advance', None) is not None)")
+    try:
+        found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                               timeout=60, check=True).stdout.split()
+    except (OSError, subprocess.SubprocessError):
+        found = []
+    if len(found) != 3:
+        return "unknown"
+    try:  # a copy without its .git (the H200 host's) has no commit to name
+        commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse",
+                                 "--short", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=False).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        commit = "?"
+    yes = {"True": "yes", "False": "no"}
+    return (f"main {commit}; hyperscan {found[0]}; C line search {yes.get(found[1], '?')}, "
+            f"walk {yes.get(found[2], '?')}")
 
 
 def table(figures: list[Figure]) -> str:
@@ -81,7 +108,8 @@ def main() -> int:
         tmp = Path(t)
         peers = peer_env.ensure(tmp / "peers" if args.fresh_peers else None)
         header = [f"# sglang-guard bench/run, {time.strftime('%Y-%m-%d %H:%M %Z')}",
-                  f"# machine: {machine()}", f"# peers: {peer_env.versions(peers)}; "
+                  f"# machine: {machine()}", f"# guard: {guard_build()}",
+                  f"# peers: {peer_env.versions(peers)}; "
                   f"{args.runs} runs; ratio = median over runs of guard/peer"]
         print("\n".join(header), file=sys.stderr)
         figures: list[Figure] = []
