@@ -185,6 +185,62 @@ def test_past_the_byte_budget_the_reader_holds_the_child(spawn, events):
     assert sink.getvalue() == rand(4 * MB, 4)
 
 
+class Trims:
+    """A `trim` that counts its calls, per writer thread (the real one hands pages back)."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.called = threading.Event()
+
+    def __call__(self) -> None:
+        self.calls.append(threading.current_thread().name)
+        self.called.set()
+
+
+def test_a_written_backlog_is_handed_back_once_the_stream_is_quiet(spawn, events):
+    """Past TRIM_AFTER bytes not yet written, the writer trims the heap once it has written
+    them all and waited TRIM_IDLE_S for more: glibc keeps a flood's chunks otherwise."""
+    sink, trims = BlockingSink(), Trims()
+    child = spawn(["random", "stdout", 12 * MB, 5], ["print", "stderr", "done"], ["pause"],
+                  stdout_sink=sink, trim=trims)
+    try:
+        # The child wrote all 12 MB before this line: the reader holds them, unwritten.
+        assert next_line(events, lambda line: line.stream == "stderr").text == "done"
+        assert sink.entered.wait(20)
+        assert not trims.called.is_set()  # nothing is written yet: no trim
+    finally:
+        sink.release.set()
+    assert drained(child, 20)
+    assert trims.called.wait(10)  # after TRIM_IDLE_S with nothing more to write
+    assert trims.calls == ["child-1-stdout-writer"]  # once, by the stream that had the backlog
+    assert sink.getvalue() == rand(12 * MB, 5)
+
+
+def test_a_backlog_under_the_threshold_is_not_trimmed(spawn, events):
+    sink, trims = BlockingSink(), Trims()
+    child = spawn(["random", "stdout", 2 * MB, 6], stdout_sink=sink, trim=trims)
+    try:
+        _, exited = collect(events)  # the child wrote 2 MB into the backlog and exited
+        assert exited.returncode == 0
+    finally:
+        sink.release.set()
+    assert child.join(20)  # every writer finished: it would have trimmed by now
+    assert trims.calls == []
+    assert sink.getvalue() == rand(2 * MB, 6)
+
+
+def test_a_stream_that_ends_right_after_its_backlog_is_trimmed_at_its_end(spawn, events):
+    sink, trims = BlockingSink(), Trims()
+    child = spawn(["random", "stdout", 12 * MB, 7], stdout_sink=sink, trim=trims)
+    try:
+        _, exited = collect(events)
+        assert exited.returncode == 0
+    finally:
+        sink.release.set()
+    assert child.join(20)
+    assert trims.calls == ["child-1-stdout-writer"]
+
+
 @pytest.mark.parametrize(
     ("steps", "returncode"),
     [
