@@ -35,7 +35,7 @@ What such a backlog took is handed back once it is written: when a stream's writ
 drained a backlog of TRIM_AFTER bytes or more and then waited TRIM_IDLE_S for the next chunk,
 it calls `trim` (common/shell/heap.trim_heap, glibc's malloc_trim). glibc keeps the freed
 chunks otherwise: after a 200 MB start-up flood to a file the guard's steady RSS stayed at
-59-74 MiB against 35 without one (bench/README.md, "Memory after a flood"). A stream that is
+50-145 MiB against 34 without one (bench/README.md, "Memory after a flood"). A stream that is
 never quiet that long is not trimmed (its next burst would fault the pages in again).
 
 The scanner's work per chunk is the scan and the lines it hits; a chunk with no hit costs no
