@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE / "compare"))
 import hyperscan as hs  # noqa: E402
 import pass_through  # noqa: E402
 
-from sglang_guard.rules.blockscan import line_prefix, widen  # noqa: E402
+from sglang_guard.rules.blockscan import line_expression  # noqa: E402
 from sglang_guard.rules.rules import Matcher, load_default_packs  # noqa: E402
 from sglang_guard.supervise.shell.child import READ_CHUNK  # noqa: E402
 
@@ -46,11 +46,10 @@ def main() -> int:
         lines, _ = pass_through.corpus(args.lines, src, args.mix)
         data = src.read_bytes()
     chunks = [data[i:i + READ_CHUNK] for i in range(0, len(data), READ_CHUNK)]
-    heads = [widen(line_prefix(p)) for p in patterns]
-    sets = {"whole set, as the guard compiles it": [f"(?:{h})[^\\n]*\\n" for h in heads],
-            "whole set, no line tail": heads,
-            **{f"alone: {p[:60]}": [f"(?:{h})[^\\n]*\\n"] for p, h in zip(patterns, heads,
-                                                                          strict=True)}}
+    whole = [line_expression(p) for p in patterns]
+    sets = {"whole set, as the guard compiles it": whole,
+            "whole set, no line tail": [line_expression(p, to_line_end=False) for p in patterns],
+            **{f"alone: {p[:60]}": [e] for p, e in zip(patterns, whole, strict=True)}}
     for name, expressions in sets.items():
         seconds, matches = _scan(expressions, chunks, args.rounds)
         print(f"{seconds * 1e6 / lines:.4f} s per 1M lines  {matches:>7} matches  {name}",

@@ -215,7 +215,7 @@ static int closed(const unsigned char *p, const unsigned char *e) {
    head: every byte of the head ASCII and none an ESC or a NUL; the text is then the head
    less its trailing CRs, and Python's str regexes (\d, \w, str.strip) read ASCII as below.
    Any other line it would have to step makes it answer None, and the caller walks the span
-   in Python. tests/unit/test_tracebacks.py holds the two equal over stored logs, random line
+   in Python. tests/unit/test_linescan.py holds the two equal over stored logs, random line
    soups, every state and several caps. The GIL is released over a long span. */
 
 enum { S_UNKNOWN = 0, S_OTHER = 1, S_REQUEST = 2, S_TRACEBACK = 3, S_MESSAGE = 4 };
@@ -334,11 +334,16 @@ static int exception_exact(const unsigned char *t, Py_ssize_t n) {
     }
 }
 
+/* The length of t[0:n].rstrip() (ASCII): 0 where the text is blank (`not t.strip()`). */
+static Py_ssize_t rstripped(const unsigned char *t, Py_ssize_t n) {
+    while (n > 0 && ws(t[n - 1]))
+        n--;
+    return n;
+}
+
 /* rules/tracebacks.step's next state for the text t[0:n] (ASCII). */
 static int step(int state, const unsigned char *t, Py_ssize_t n) {
-    Py_ssize_t m = n; /* t.rstrip() */
-    while (m > 0 && ws(t[m - 1]))
-        m--;
+    Py_ssize_t m = rstripped(t, n);
     Py_ssize_t h = (Py_ssize_t)(sizeof HEADER - 1);
     int header = m >= h && memcmp(t + m - h, HEADER, (size_t)h) == 0;
     int blank = m == 0;
@@ -385,24 +390,29 @@ static int text_at(const unsigned char *block, Py_ssize_t line, Py_ssize_t end, 
 static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
                 Py_ssize_t cap, Found *found);
 
+/* block.rfind(b"\n[", start, at): the last newline in block[start:at - 1] that a "[" follows
+   (its "[" before `at`), or -1. */
+static Py_ssize_t rfind_record_break(const unsigned char *block, Py_ssize_t start,
+                                     Py_ssize_t at) {
+    Py_ssize_t end = at - 1;
+    while (end > start) {
+        const unsigned char *q = memrchr(block + start, '\n', (size_t)(end - start));
+        if (q == NULL)
+            return -1;
+        if (q[1] == '[')
+            return q - block;
+        end = q - block;
+    }
+    return -1;
+}
+
 /* tracebacks._after_last_record: outside a traceback and a message the last record of the
    span decides; without one, a blank line ends an unknown start. */
 static int after_last_record(int state, const unsigned char *block, Py_ssize_t start,
                              Py_ssize_t end, Py_ssize_t cap, Found *found) {
     Py_ssize_t at = end - 1, stop, n;
     while (at > start) {
-        /* block.rfind(b"\n[", start, at) */
-        Py_ssize_t nl = -1;
-        for (Py_ssize_t i = at - 2; i >= start; i--) {
-            const unsigned char *q = memrchr(block + start, '\n', (size_t)(i + 1 - start));
-            if (q == NULL)
-                break;
-            i = q - block;
-            if (block[i + 1] == '[') {
-                nl = i;
-                break;
-            }
-        }
+        Py_ssize_t nl = rfind_record_break(block, start, at);
         Py_ssize_t line = nl >= 0 ? nl + 1 : start;
         if (record_head(block + line, end - line)) {
             if (!text_at(block, line, end, cap, &stop, &n))
@@ -420,10 +430,7 @@ static int after_last_record(int state, const unsigned char *block, Py_ssize_t s
             break;
         if (!text_at(block, line, end, cap, &stop, &n))
             return ABORT;
-        Py_ssize_t m = n;
-        while (m > 0 && ws(block[line + m - 1]))
-            m--;
-        if (m == 0)
+        if (rstripped(block + line, n) == 0)
             return S_OTHER;
         start = stop + 1;
     }

@@ -138,6 +138,14 @@ def unanchored(pattern: str) -> str:
 _TO_LINE_END = r"[^\n]*\n"
 
 
+def line_expression(pattern: str, *, to_line_end: bool = True) -> str:
+    """`pattern` as a per-line Hyperscan set holds it: widened (`widen`), cut before its
+    first top-level `.*` (`line_prefix`), run on to its line's end (`to_line_end=False`:
+    without that tail, as bench/hyperscan_sets.py also times it)."""
+    head = widen(line_prefix(pattern))
+    return f"(?:{head}){_TO_LINE_END}" if to_line_end else head
+
+
 def line_prefix(pattern: str) -> str:
     """`pattern` cut before its first top-level `.*` or `.+` (when it has no top-level `|`):
     a line it matches in holds a match of the part before, so per line this is a superset
@@ -350,8 +358,8 @@ def _hyperscan(patterns: tuple[str, ...], ids: Sequence[int], *, stored: bool = 
     `stored`: look it up in (and save it to) the process's store, when one is set.
     `lines`: each pattern runs on to its line's end and reports every line (no SINGLEMATCH).
     """
-    expressions = [(f"(?:{widen(line_prefix(patterns[i]))}){_TO_LINE_END}" if lines
-                    else widen(patterns[i])).encode() for i in ids]
+    expressions = [(line_expression(patterns[i]) if lines else widen(patterns[i])).encode()
+                   for i in ids]
     base = _hs.HS_FLAG_PREFILTER | (0 if lines else _hs.HS_FLAG_SINGLEMATCH)
     store = _store if stored else None
     key = database_key(expressions, ids, base) if store is not None else ""
