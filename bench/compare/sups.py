@@ -69,6 +69,12 @@ def start_guard(workdir: Path, child: Sequence[str], *, sglang_args: Sequence[st
     return _spawn(cmd, workdir, stdout=workdir / "out.log")
 
 
+def start_floor(workdir: Path, child: Sequence[str], needle: str) -> subprocess.Popen[bytes]:
+    """floorsup.py (the flood bench's floor), writing the child's stdout to `<dir>/out.log`."""
+    return _spawn([sys.executable, str(HERE / "floorsup.py"), needle, *child], workdir,
+                  stdout=workdir / "out.log")
+
+
 def start_supervisord(workdir: Path, peers: Peers, child: Sequence[str], *, autorestart: str,
                       startsecs: int = 1, startretries: int = 3, grace: float = 10.0,
                       listener_regex: str | None = None) -> subprocess.Popen[bytes]:
