@@ -12,6 +12,7 @@ reaction is the machine's (the reader's wake-up, one substring test, the child's
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -32,7 +33,8 @@ def main() -> int:
         tail = b""
         while data := os.read(src, READ):
             if needle in tail + data[:len(needle)] or needle in data:
-                os.killpg(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(ProcessLookupError):  # a later match: already gone
+                    os.killpg(proc.pid, signal.SIGTERM)
             tail = data[-(len(needle) - 1):] if len(needle) > 1 else b""
             view = memoryview(data)
             while view:
