@@ -29,6 +29,7 @@ from measure import (
     wait_gone,
     wait_until,
 )
+from reactchild import READY
 
 GRACE_S = 2.0
 CAP_S = 15.0  # after this, survivors count as never stopping
@@ -91,7 +92,6 @@ FLOOD_MB = 200  # what the child writes before its ready line, in the "after a f
 # SGLang's prefill line without its "#"s: supervisord reads " #" in a command as a comment.
 FLOOD_LINE = ("[2026-01-01 00:00:00 TP0] Prefill batch, new-seq: 1, new-token: 512, "
               "cached-token: 0, token usage: 0.01, running-req: 0, queue-req: 0\n")
-READY = "The server is fired up and ready to roll!"
 
 
 def rss_one(tool: str, workdir: Path, peers: sups.Peers, flood_mb: int = 0) -> float:
