@@ -112,7 +112,7 @@ def test_a_setsid_grandchild_outlives_its_parents_sigterm_and_is_still_stopped(
     assert os.getsid(pids[1]) == pids[1]
 
     stopping = terminate_tree(child.pid, child.pgid)
-    assert sorted(h.proc.pid for h in stopping.handles) == sorted(pids)
+    assert sorted(h.pid for h in stopping.handles) == sorted(pids)
     report = finish_stop(stopping, grace=0.3)
 
     assert (report.terminated, report.killed, survivors(child.pgid, pids)) == (1, 1, 0)
@@ -150,7 +150,7 @@ def test_a_session_member_the_walk_cannot_reach_is_stopped_from_the_table():
         assert (os.getsid(orphan), os.getpgid(orphan)) == (proc.pid, orphan)
         assert psutil.Process(orphan).ppid() != proc.pid
         stopping = terminate_tree(proc.pid, proc.pid)
-        assert [h.proc.pid for h in stopping.handles] == [proc.pid]  # the walk's find
+        assert [h.pid for h in stopping.handles] == [proc.pid]  # the walk's find
         report = finish_stop(stopping, grace=10)
         assert (report.terminated, report.killed) == (2, 0)
         assert report.seconds < 5
