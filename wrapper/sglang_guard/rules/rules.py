@@ -374,12 +374,9 @@ def _conditions_hold(cond: Conditions, ctx: MatchContext) -> bool:
             return False
         if cond.sm_max is not None and ctx.sm > cond.sm_max:
             return False
-    if cond.sglang is not None and ctx.sglang_version is not None:
-        try:
-            if Version(ctx.sglang_version) not in SpecifierSet(cond.sglang):
-                return False
-        except InvalidVersion:
-            pass  # an unreadable version is an unknown one
+    if (cond.sglang is not None and ctx.sglang_version is not None
+            and _version_in(ctx.sglang_version, cond.sglang) is False):
+        return False  # (None: an unreadable version is an unknown one)
     for flag, want in cond.flags:
         present = flag in ctx.flags
         if isinstance(want, bool):
@@ -388,6 +385,17 @@ def _conditions_hold(cond: Conditions, ctx: MatchContext) -> bool:
         elif not present or ctx.flags[flag] not in want:
             return False
     return True
+
+
+@lru_cache(maxsize=256)
+def _version_in(version: str, spec: str) -> bool | None:
+    """Whether release `version` is in the specifier set `spec`; None: `version` is unreadable.
+    Parsed once per pair: packaging's parse of both costs ~30-60 us cold, on the path from a
+    fatal line to its SIGTERM (supervise/machine.stops_at), for every rule with a range."""
+    try:
+        return Version(version) in SpecifierSet(spec)
+    except InvalidVersion:
+        return None
 
 
 def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | None:
@@ -449,6 +457,18 @@ def first_fix(
     conditions hold, it has fires left and `plan_fix` finds something to change. Advice
     rules are never candidates: they change nothing (see `advice_for`).
     """
+    chosen, exhausted = choose_fix(matcher, line, ctx, fired, ends_traceback)
+    if chosen is not None:
+        chosen = replace(chosen, diagnosis=matcher.diagnose(chosen.rule, line))
+    return chosen, exhausted
+
+
+def choose_fix(
+    matcher: Matcher, line: str, ctx: MatchContext, fired: Mapping[str, int],
+    ends_traceback: bool | None = None,
+) -> tuple[Fix | None, tuple[Rule, ...]]:
+    """`first_fix` without the fix's diagnosis (what the machine's choice rests on, alone:
+    supervise/machine.stops_at asks it from a reader thread)."""
     candidates = sorted(acting(matcher, line, ctx.phase, ends_traceback), key=precedence)
     exhausted: list[Rule] = []
     chosen: Fix | None = None
@@ -459,8 +479,6 @@ def first_fix(
             continue
         if chosen is None:
             chosen = plan_fix(rule, ctx, line)
-    if chosen is not None:
-        chosen = replace(chosen, diagnosis=matcher.diagnose(chosen.rule, line))
     return chosen, tuple(exhausted)
 
 
