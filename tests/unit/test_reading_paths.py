@@ -15,13 +15,8 @@ matching lines only) gives that fix.
 
 from __future__ import annotations
 
-import queue
 import random
 import re
-import shlex
-import tomllib
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -40,50 +35,15 @@ from sglang_guard.sglang.releases import load_option_table
 from sglang_guard.supervise.replay import Replay, env_for
 from sglang_guard.supervise.shell import child
 from sglang_guard.supervise.shell.supervisor import Supervisor
+from support.storedlogs import STORED, reader, reader_side
 
 # Every test here runs on both of the tracker's line searches (C and regex: conftest.py).
 pytestmark = pytest.mark.usefixtures("both_searches")
 
-DATA = Path(__file__).resolve().parents[1] / "data"
 PACKS = load_default_packs()
 FAST = Matcher(PACKS)
 SLOW = Matcher(PACKS, accelerate=False)
 OPTIONS = load_option_table()
-
-
-def _log(path: Path) -> tuple[bytes, list[str], str | None]:
-    """A stored log: its bytes as SGLang printed them, its argv, and the rule it expects."""
-    if path.suffix == ".toml":
-        entry = tomllib.loads(path.read_text(encoding="utf-8"))
-        return entry["log"]["text"].encode(), list(entry["argv"]), None
-    raw = path.read_bytes()
-    head = [ln for ln in raw.splitlines() if ln.startswith(b"# ")]
-    body = b"".join(ln + b"\n" for ln in raw.splitlines() if not ln.startswith(b"# "))
-    command = next(ln[10:].decode() for ln in head if ln.startswith(b"# command: "))
-    argv = shlex.split(command.replace("{model}", "/m").replace("{port}", "30000"))
-    argv = argv[argv.index("sglang.launch_server") + 1:]
-    expect = next((ln[15:].decode() for ln in head if ln.startswith(b"# expect-rule: ")), None)
-    return body, argv, expect
-
-
-LOGS = [*sorted((DATA / "sglang-logs").glob("*.log")), *sorted((DATA / "realworld").glob("*.toml"))]
-STORED = {p.stem: _log(p) for p in LOGS}
-
-
-def _live(matcher: Matcher, phase: str = "starting") -> Any:
-    """What the supervisor's reader side reads with (only `state`, `rt.env`, `events`)."""
-    return SimpleNamespace(state=SimpleNamespace(phase=phase),
-                           rt=SimpleNamespace(env=SimpleNamespace(matcher=matcher)),
-                           events=queue.Queue())
-
-
-def reader(matcher: Matcher | None, phase: str = "starting") -> LineReader:
-    """The supervisor's line reader for one stream (None: no scan, every line)."""
-    if matcher is None:
-        return LineReader(LINE_CAP)
-    live = _live(matcher, phase)
-    return LineReader(LINE_CAP, Supervisor._scan(live),
-                      lambda line: Supervisor._keep(live, line))
 
 
 def read_all(chunks: list[bytes], matcher: Matcher | None) -> tuple[list[Line], str | None]:
@@ -118,7 +78,7 @@ def per_line(data: bytes) -> list[Line]:
 
 def acting(data: bytes, matcher: Matcher) -> list[Line]:
     """Of the per-line pass, the lines the machine acts on: what the reader must emit."""
-    live = _live(matcher)
+    live = reader_side(matcher)
     return [ln for ln in per_line(data) if Supervisor._keep(live, ln)]
 
 
@@ -381,7 +341,7 @@ def test_past_the_start_the_reader_keeps_every_line_a_running_rule_reads(seed: i
         running = [ln for ln in lines if READY_LINE in ln.text or any(
             in_phase(r, "running") for r in FAST.candidates(ln.text, ln.ends))]
         for matcher in (FAST, SLOW):
-            live = _live(matcher, "running")
+            live = reader_side(matcher, "running")
             reader = LineReader(LINE_CAP, Supervisor._scan(live),
                                 lambda line, live=live: Supervisor._keep(live, line))
             chunks = _chunkings(data, rng)
@@ -404,8 +364,8 @@ def test_a_chunk_scanned_before_a_reload_is_checked_whole_by_the_new_pack() -> N
     old.prepare_scan()
     new.prepare_scan()
     assert [r.id for r in old.rules] != [r.id for r in new.rules]
-    scanned = _live(old)
-    checked = _live(new)
+    scanned = reader_side(old)
+    checked = reader_side(new)
     reader = LineReader(LINE_CAP, Supervisor._scan(scanned),
                         lambda line: Supervisor._keep(checked, line))
     data = b"".join(STORED[name][0] for name in sorted(STORED))

@@ -8,7 +8,7 @@ come in as arguments, so every branch is testable with a scripted history.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import assert_never
 
@@ -55,6 +55,7 @@ from sglang_guard.rules.rules import (
     Matcher,
     advice_for,
     advice_record,
+    choose_fix,
     first_fix,
     is_catch_all,
     refired,
@@ -457,6 +458,36 @@ def _on_line(state: State, event: ChildLine, env: Env, now: float
         return state, actions
     new, more = _apply_fix(state, fix, event.text, env)
     return new, actions + more
+
+
+def stops_at(state: State, env: Env, lines: Iterable[ChildLine]) -> bool:
+    """Whether `step` stops the running child on one of `lines`, stepped in order from
+    `state` with no other event between them: what a pipe's reader may act on before the
+    loop steps them (supervise/shell/child.py, the early stop). Never True where the steps
+    would not stop it (tests/unit/test_early_stop.py holds the two equal over stored logs,
+    states and line orders); False where it cannot tell cheaply.
+
+    `_on_line` stops the child exactly when `first_fix` finds a fix that is not a catch-all's
+    (every way through `_apply_fix` ends in `_stop`). The lines before that one leave what
+    that choice reads alone (the phase, the command line, the fires, the last fix), except
+    the ready line, which may start the ready phase: the answer is then False.
+    """
+    if state.phase not in ("starting", "ready") or env.role == "worker":
+        return False
+    ctx: MatchContext | None = None
+    for line in lines:
+        if line.gen != state.gen:
+            continue  # `step` ignores it
+        if state.phase == "starting" and READY_LINE in line.text:
+            return False
+        ends = line.ends_traceback
+        if all(is_catch_all(rule) for rule in env.matcher.candidates(line.text, ends)):
+            continue  # none, or only catch-alls: whatever it picks is no stop (a crash banner)
+        ctx = ctx or _ctx(state, env)
+        fix, _ = choose_fix(env.matcher, line.text, ctx, state.fired, ends)
+        if fix is not None and not is_catch_all(fix.rule):
+            return True
+    return False
 
 
 def _settle(state: State, env: Env) -> tuple[State, list[Action]]:

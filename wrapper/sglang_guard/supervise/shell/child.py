@@ -62,12 +62,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
+import psutil
+
 from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.common.shell.threadname import name_this_thread
 from sglang_guard.errors import InputError
 from sglang_guard.rules.linereader import Find, Line, LineReader
 from sglang_guard.rules.logline import LINE_CAP
 from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
+from sglang_guard.supervise.shell.eventqueue import EventQueue
 from sglang_guard.supervise.shell.proctree import (
     Stopping,
     StopReport,
@@ -124,7 +127,7 @@ class _Pump:
         stream: Stream,
         gen: int,
         sink: BinaryIO,
-        emit: Callable[[Stream, str, int, bool, bool], None],
+        emit: Callable[[Stream, list[Line]], None],
         cap: int,
         budget: int,
         find: Find | None = None,
@@ -212,8 +215,8 @@ class _Pump:
             self._on_chunk(self._stream, chunk)
 
     def _put(self, lines: list[Line]) -> None:
-        for line in lines:
-            self._emit(self._stream, line.text, line.length, line.ends, line.exception)
+        if lines:
+            self._emit(self._stream, lines)
 
     def _write(self) -> None:
         self._named("write")
@@ -263,14 +266,21 @@ class Child:
         on_stage: Callable[[str], None] | None = None,
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
+        stops_at: Callable[[Sequence[ChildLine]], bool] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
             raise ValueError("the child must be spawned with both pipes")
         self._proc, self.gen, self.pid = proc, gen, proc.pid
         self.pgid = proc.pid  # start_new_session: the child leads its own session and group
         self._events = events
+        self._stops_at = stops_at
+        # The early stop (`_put_lines`): the SIGTERM a reader sent, for the loop's
+        # `terminate` to take; whether any terminate ran (then the reader sends none).
+        self._stop_lock = threading.Lock()
+        self._early: Stopping | None = None
+        self._signalled = False
         # One count for both streams: the exception line read last, on either, is the crash's.
-        make = functools.partial(_Pump, gen=gen, emit=self._put_line, cap=cap, budget=budget,
+        make = functools.partial(_Pump, gen=gen, emit=self._put_lines, cap=cap, budget=budget,
                                  find=find, keep=keep, on_chunk=on_chunk,
                                  ticket=itertools.count(1).__next__, on_stage=on_stage,
                                  warm=warm, trim=trim)
@@ -304,6 +314,7 @@ class Child:
         on_stage: Callable[[str], None] | None = None,
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
+        stops_at: Callable[[Sequence[ChildLine]], bool] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
 
@@ -317,6 +328,11 @@ class Child:
         Call it from the guard's long-lived loop thread: the parent-death signal fires when
         the *thread* that forked exits, not the process, so a short-lived spawning thread
         would kill the server behind the guard's back.
+
+        `stops_at(lines)`: whether the loop, caught up, stops this child on stepping `lines`
+        (supervise/machine.stops_at over its state); with `events` an EventQueue, a reader
+        then sends the tree its SIGTERM before the loop steps them (the early stop: see
+        `_put_lines`). None: the loop alone stops the child.
         """
         if events.maxsize:
             raise ValueError("the event queue must be unbounded: readers never wait on it")
@@ -347,11 +363,40 @@ class Child:
             on_stage=on_stage,
             warm=warm,
             trim=trim,
+            stops_at=stops_at,
         )
 
-    def _put_line(self, stream: Stream, text: str, length: int, ends: bool, exception: bool
-                  ) -> None:
-        self._events.put(ChildLine(self.gen, stream, text, length, ends, exception))
+    def _put_lines(self, stream: Stream, lines: list[Line]) -> None:
+        """Queue a chunk's lines; with `stops_at`, stop the tree first where the loop will.
+
+        The early stop: a fatal line that the loop would act on costs the loop's wake-up,
+        its steps of the lines before it and of itself (the fix planned, parsed, journaled)
+        and only then the SIGTERM. When the loop has caught up (nothing queued, nothing
+        being stepped: supervise/shell/eventqueue.py), the reader asks `stops_at` of the
+        lines under the queue's lock, queues them in the same hold and, where the answer is
+        yes, sends the SIGTERM itself (the tree walked first, as the loop's `terminate`
+        does) before the loop wakes. The loop's own Stop then takes that stop over
+        (`terminate`). Measured on 2 cores: bench/README.md, "Reaction, seventh round".
+        """
+        events = [ChildLine(self.gen, stream, line.text, line.length, line.ends,
+                            line.exception) for line in lines]
+        stops_at, queue_ = self._stops_at, self._events
+        if stops_at is None or not isinstance(queue_, EventQueue):
+            for event in events:
+                queue_.put(event)
+            return
+        queue_.put_lines(events, lambda: stops_at(events), self._stop_early)
+
+    def _stop_early(self) -> None:
+        with self._stop_lock:
+            if self._signalled:
+                return  # the loop's own stop went first
+            self._signalled = True
+            try:
+                self._early = terminate_tree(self.pid if self.poll() is None else None,
+                                             self.pgid)
+            except (OSError, psutil.Error):
+                self._signalled = False  # the loop's own stop tries again
 
     def _reap(self) -> None:
         name_this_thread(f"g{self.gen}-reaper")
@@ -381,7 +426,12 @@ class Child:
         """SIGTERM the whole tree now; `stop(grace, begun=...)` does the rest."""
         # Once reaped, the pid number may belong to someone else; the group id stays ours
         # while any member lives (the kernel does not reuse a pid that names a group).
-        return terminate_tree(self.pid if self.poll() is None else None, self.pgid)
+        with self._stop_lock:
+            early, self._early = self._early, None
+            if early is not None:  # a reader's early stop sent it: its stop, taken over
+                return early
+            self._signalled = True
+            return terminate_tree(self.pid if self.poll() is None else None, self.pgid)
 
     def stop(self, grace: float, timeout: float = 30.0, begun: Stopping | None = None
              ) -> StopReport:

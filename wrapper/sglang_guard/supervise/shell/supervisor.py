@@ -56,6 +56,7 @@ from sglang_guard.supervise.actions import (
 )
 from sglang_guard.supervise.events import (
     ChildExited,
+    ChildLine,
     ChildOutput,
     ChildStage,
     CommandChanged,
@@ -69,6 +70,7 @@ from sglang_guard.supervise.events import (
 )
 from sglang_guard.supervise.shell import health, orphans, ports, proctree, stopsignals
 from sglang_guard.supervise.shell.child import Child
+from sglang_guard.supervise.shell.eventqueue import EventQueue
 from sglang_guard.supervise.shell.jobs import Jobs
 from sglang_guard.supervise.shell.journal import Journal as JournalFile
 from sglang_guard.supervise.shell.notify import Notifier
@@ -112,7 +114,9 @@ class Supervisor:
 
     def __init__(self, rt: Runtime, cl: CommandLine, journal: JournalFile | None) -> None:
         self.rt = rt
-        self.events: queue.Queue[Event] = queue.Queue()
+        # The loop marks each event done once stepped and acted on: a reader may then stop
+        # the child early on lines the loop will stop it for (supervise/shell/eventqueue.py).
+        self.events = EventQueue()
         self.state = machine.State(cl=cl)
         self.child: Child | None = None
         self.journal = journal
@@ -173,22 +177,10 @@ class Supervisor:
                 event = self._next_event()
                 if event is None:
                     continue
-                if isinstance(event, JobDone):
-                    code = self._guarded(functools.partial(self._jobs.finish, event))
-                    continue
-                if not self._begun and not isinstance(event, SignalReceived | Tick):
-                    self._early.append(event)  # a file change, a group order: after the start
-                    continue
-                if isinstance(event, ChildOutput):
-                    event = self._output(event)
-                for listener in self._listeners:
-                    listener.saw_event(event, self.state)
-                self.state, actions = machine.step(
-                    self.state, event, self.rt.env, time.monotonic(), random.random()  # noqa: S311
-                )
-                self._terminate_first(actions)  # before the listeners: SIGTERM is the race
-                self._stepped(actions)
-                code = self._act(actions)
+                try:
+                    code = self._handle(event)
+                finally:
+                    self.events.task_done()  # stepped and acted on (EventQueue.put_lines)
             return code
         finally:
             for listener in self._listeners:  # first: a leader's workers hear how it ended
@@ -211,6 +203,28 @@ class Supervisor:
             with contextlib.suppress(OSError):  # an unusable state dir was reported already
                 self._pidfile.unlink(missing_ok=True)
             self.notifier.close()
+
+    def _handle(self, event: Event) -> int | None:
+        """One event taken off the queue: step the machine, act; the exit status, if any."""
+        if isinstance(event, JobDone):
+            return self._guarded(functools.partial(self._jobs.finish, event))
+        if not self._begun and not isinstance(event, SignalReceived | Tick):
+            self._early.append(event)  # a file change, a group order: after the start
+            return None
+        if isinstance(event, ChildOutput):
+            event = self._output(event)
+        for listener in self._listeners:
+            listener.saw_event(event, self.state)
+        self.state, actions = machine.step(
+            self.state, event, self.rt.env, time.monotonic(), random.random()  # noqa: S311
+        )
+        self._terminate_first(actions)  # before the listeners: SIGTERM is the race
+        self._stepped(actions)
+        return self._act(actions)
+
+    def _stops_at(self, lines: Sequence[ChildLine]) -> bool:
+        """A reader asks, with the loop caught up: do these lines stop the child?"""
+        return machine.stops_at(self.state, self.rt.env, lines)
 
     def _begin(self, reaped: list[JournalEvent]) -> int | None:
         """The orphans are gone: the first launch."""
@@ -469,7 +483,8 @@ class Supervisor:
                                  env=env, find=self._scan(), keep=self._keep,
                                  on_chunk=self._chunk_watcher(action.gen),
                                  on_stage=self._stage_sink(action.gen),
-                                 warm=self.rt.env.matcher.warm_thread)
+                                 warm=self.rt.env.matcher.warm_thread,
+                                 stops_at=self._stops_at)
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
