@@ -9,14 +9,21 @@ test_early_stop.py; the whole guard on a real child, tests/integration/test_supe
 
 from __future__ import annotations
 
+import json
+import signal
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
+from sglang_guard.errors import EXIT_OK
 from sglang_guard.supervise.events import ChildExited, ChildLine, Tick
 from sglang_guard.supervise.shell.eventqueue import EventQueue
 from sglang_guard.supervise.shell.proctree import finish_stop
 from support.children import next_line
+from support.guards import Guard, argv_for, finish, guard_toml
+from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.pack import FA3_LINE
 
 FATAL = "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90."
 SCRIPT = (["print", "stderr", FATAL], ["wait_term"], ["print", "stdout", "got-term"],
@@ -69,3 +76,28 @@ def test_no_early_stop_while_an_event_waits_to_be_stepped(spawn, events) -> None
     assert isinstance(events.get(timeout=20), Tick)
     next_line(events, lambda line: line.text == FATAL)
     assert child.poll() is None
+
+
+def test_the_guard_stops_a_quiet_child_early_and_still_fixes_and_journals(
+        tmp_path: Path, pack: Path, guard: Guard) -> None:
+    """`sglang-guard run`: a launch that writes the fa3 line after a quiet second (the loop long
+    caught up) and then waits for SIGTERM is stopped by its reader (`child.stop` says early),
+    the fix is the loop's as ever, and the fixed launch comes up."""
+    launcher = Launcher(tmp_path, [
+        [["sleep", 1.0], ["print", "stderr", FA3_LINE], ["wait_term"], ["exit", 1]],
+        ready_then_wait(),
+    ])
+    state = tmp_path / "state"
+    with HealthServer() as server:
+        argv = argv_for(server.port, "--attention-backend", "fa3")
+        proc = guard(guard_toml(tmp_path, launcher, pack, stop_grace_s=5.0), argv)
+        wait_for(lambda: count(state, "ready") >= 1, what="ready")
+        proc.send_signal(signal.SIGTERM)
+        code, _, err = finish(proc)
+    assert code == EXIT_OK, err
+    stops = [json.loads(line) for line in err.splitlines()
+             if line.startswith("{") and '"child.stop"' in line]
+    assert [(s["gen"], s["early"]) for s in stops] == [(1, True), (2, False)], stops
+    assert launcher.argvs()[1] == argv_for(server.port)  # the loop's fix: fa3 dropped
+    rem = next(r for r in journal_events(state) if r["event"] == "remediated")
+    assert (rem["rule"], rem["line"]) == ("fa3-sm", FA3_LINE)

@@ -395,6 +395,7 @@ class Child:
             try:
                 self._early = terminate_tree(self.pid if self.poll() is None else None,
                                              self.pgid)
+                self._early.early = True
             except (OSError, psutil.Error):
                 self._signalled = False  # the loop's own stop tries again
 

@@ -350,6 +350,7 @@ class Stopping:
     started: float
     pid: int | None = None  # the main process, as `terminate_tree` was given it
     table_due: bool = False  # the whole table is still to read (after a walk: `_read_table`)
+    early: bool = False  # a pipe's reader sent the SIGTERM (supervise/shell/child.py)
 
 
 def terminate_tree(pid: int | None, pgid: int) -> Stopping:

@@ -512,8 +512,10 @@ class Supervisor:
         begun, self._terminated = self._terminated, None
         if child is None or child.gen != action.gen:
             return
-        self.log.info("child.stop", gen=action.gen, reason=action.reason)
         stopping = begun[2] if begun is not None and begun[0] is action else None
+        # early: the SIGTERM went out from the pipe's reader, before this step (the early stop)
+        self.log.info("child.stop", gen=action.gen, reason=action.reason,
+                      early=stopping is not None and stopping.early)
 
         def work() -> None:
             report = child.stop(self.rt.env.restart.stop_grace_s, begun=stopping)
