@@ -18,8 +18,9 @@ import pytest
 
 from sglang_guard.errors import EXIT_OK
 from sglang_guard.supervise.events import ChildExited, ChildLine, Tick
+from sglang_guard.supervise.shell import child as child_module
 from sglang_guard.supervise.shell.eventqueue import EventQueue
-from sglang_guard.supervise.shell.proctree import finish_stop
+from sglang_guard.supervise.shell.proctree import Stopping, finish_stop
 from support.children import next_line
 from support.guards import Guard, argv_for, finish, guard_toml
 from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
@@ -76,6 +77,29 @@ def test_no_early_stop_while_an_event_waits_to_be_stepped(spawn, events) -> None
     assert isinstance(events.get(timeout=20), Tick)
     next_line(events, lambda line: line.text == FATAL)
     assert child.poll() is None
+
+
+def test_an_early_stop_that_fails_leaves_the_reader_reading_and_the_loop_stops_it(
+        spawn, events, monkeypatch) -> None:
+    """The reader's walk or signal fails (any error: here the one a bad group raises): the
+    reader reads on, every line reaches the queue, and the loop's own terminate stops it."""
+    real, calls = child_module.terminate_tree, []
+
+    def flaky(pid: int | None, pgid: int) -> Stopping:
+        calls.append(pid)
+        if len(calls) == 1:
+            raise ValueError("refusing to signal process group")
+        return real(pid, pgid)
+
+    monkeypatch.setattr(child_module, "terminate_tree", flaky)
+    child = spawn(["print", "stderr", FATAL], ["wait_term"], ["print", "stderr", "got-term"],
+                  ["exit", 3], stops_at=fatal)  # the same stream after: its reader must live
+    next_line(events, lambda line: line.text == FATAL)
+    events.task_done()
+    assert calls == [child.pid] and child.poll() is None  # tried, failed, child untouched
+    report = finish_stop(child.terminate(), 20)
+    assert report.terminated == 1 and child.join(20) and child.poll() == 3
+    assert next_line(events, lambda line: True).text == "got-term"
 
 
 def test_the_guard_stops_a_quiet_child_early_and_still_fixes_and_journals(

@@ -62,8 +62,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
-import psutil
-
 from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.common.shell.threadname import name_this_thread
 from sglang_guard.errors import InputError
@@ -388,6 +386,8 @@ class Child:
         queue_.put_lines(events, lambda: stops_at(events), self._stop_early)
 
     def _stop_early(self) -> None:
+        """A reader's SIGTERM (see `_put_lines`). It never raises: the reader must read on
+        (every byte passes through), and the loop's own Stop tries again and says why."""
         with self._stop_lock:
             if self._signalled:
                 return  # the loop's own stop went first
@@ -396,8 +396,8 @@ class Child:
                 self._early = terminate_tree(self.pid if self.poll() is None else None,
                                              self.pgid)
                 self._early.early = True
-            except (OSError, psutil.Error):
-                self._signalled = False  # the loop's own stop tries again
+            except Exception:  # OSError, psutil.Error, ValueError: the loop's stop tries again
+                self._signalled = False
 
     def _reap(self) -> None:
         name_this_thread(f"g{self.gen}-reaper")
