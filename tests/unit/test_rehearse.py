@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sglang_guard.preflight.shell.inputs import read_command_line
+from sglang_guard.rules import rules as rules_module
 from sglang_guard.rules.rules import Matcher, load_default_packs
 from sglang_guard.sglang.releases import load_option_table
 from sglang_guard.supervise import machine
@@ -66,3 +67,18 @@ def test_rehearsal_on_a_command_line_that_cannot_take_the_fix() -> None:
     state, actions = machine.start(machine.State(cl=read_command_line(["--model-path", "/m"],
                                                                       OPTIONS)), env)
     assert not any(isinstance(a, Stop) for a in actions) and state.phase == "starting"
+
+
+
+def test_rehearsal_parses_every_rule_range_against_the_release() -> None:
+    """The first fatal line's decision finds each rule's release range parsed (one answer per
+    range, kept by rules._version_in), whichever rule it is; none without a known release."""
+    matcher = Matcher(load_default_packs())
+    ranges = {r.conditions.sglang for r in matcher.rules if r.conditions.sglang}
+    assert len(ranges) > 5
+    cl = read_command_line(["--model-path", "/m"], OPTIONS)
+    rules_module._version_in.cache_clear()
+    machine.rehearse(env_for(matcher, OPTIONS, sglang_version=None), cl)
+    assert rules_module._version_in.cache_info().currsize == 0
+    machine.rehearse(env_for(matcher, OPTIONS, sglang_version="0.5.23"), cl)
+    assert rules_module._version_in.cache_info().currsize == len(ranges)

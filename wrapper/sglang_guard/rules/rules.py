@@ -13,7 +13,7 @@ never triggers one. A rule acts in its phase only (`Rule.phase`: start, running 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -396,6 +396,14 @@ def _version_in(version: str, spec: str) -> bool | None:
         return Version(version) in SpecifierSet(spec)
     except InvalidVersion:
         return None
+
+
+def warm_ranges(rules: Iterable[Rule], version: str | None) -> None:
+    """Parse each rule's release range against `version` now (`_version_in` keeps the answers),
+    so that the first fatal line's decision does not (supervise/machine.rehearse)."""
+    if version is not None:
+        for spec in {rule.conditions.sglang for rule in rules if rule.conditions.sglang}:
+            _version_in(version, spec)
 
 
 def plan_fix(rule: Rule, ctx: MatchContext, line: str | None = None) -> Fix | None:

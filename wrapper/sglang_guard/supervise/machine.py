@@ -59,6 +59,7 @@ from sglang_guard.rules.rules import (
     first_fix,
     is_catch_all,
     refired,
+    warm_ranges,
 )
 from sglang_guard.rules.stages import READY_LINE, Stalled, is_progress
 from sglang_guard.sglang.argv import CommandLine, parse_command_line
@@ -241,6 +242,7 @@ def rehearse(env: Env, cl: CommandLine) -> None:
         trial = parse_command_line((*cl.argv, *_REHEARSAL_FLAG), env.options, cl.yaml_data)
     except GuardError:  # a table without the flag: the line path still runs, with no fix
         trial = cl
+    warm_ranges(env.matcher.rules, env.sglang_version)  # every rule's, not only the trial's
     state, _ = start(State(cl=trial), env)
     for i, text in enumerate(_REHEARSAL_LINES):
         line = ChildLine(state.gen, "stderr", text, len(text), True, i == len(_REHEARSAL_LINES) - 1)
