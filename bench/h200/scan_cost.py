@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -51,12 +51,7 @@ def main() -> int:
     print(f"line search in C: {linescan.first_line is not None}; "
           f"walk in C: {getattr(linescan, 'advance', None) is not None}")
     with tempfile.TemporaryDirectory() as tmp:
-        for mix in pass_through.MIXES:
-            src = Path(tmp) / f"{mix}.log"
-            n_lines, _ = pass_through.corpus(args.lines, src, mix)
-            data = src.read_bytes()
-            chunks = [data[i:i + READ_CHUNK] for i in range(0, len(data), READ_CHUNK)]
-            per_m = 1e6 / n_lines
+        for mix, chunks, per_m in mix_chunks(args.lines, tmp):
             for n in range(args.rounds):
                 started = time.process_time()
                 hits = [find(chunk) for chunk in chunks]
@@ -71,6 +66,17 @@ def main() -> int:
                       f"both {(scan + feed) * per_m:.3f}  on a thread {cpu * per_m:.3f} CPU, "
                       f"{wall * per_m:.3f} wall  (s per 1M lines)", flush=True)
     return 0
+
+
+def mix_chunks(lines: int, tmp: str) -> Iterator[tuple[str, list[bytes], float]]:
+    """Each pass-through mix of about `lines` lines (its file written under `tmp`), cut into
+    READ_CHUNK chunks as the pumps read them, and the factor from seconds to seconds per
+    million lines."""
+    for mix in pass_through.MIXES:
+        src = Path(tmp) / f"{mix}.log"
+        n_lines, _ = pass_through.corpus(lines, src, mix)
+        data = src.read_bytes()
+        yield mix, [data[i:i + READ_CHUNK] for i in range(0, len(data), READ_CHUNK)], 1e6 / n_lines
 
 
 def _threaded(chunks: list[bytes], find: Find, keep: Callable[[Line], bool]

@@ -27,11 +27,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "compare"))
 
-import pass_through  # noqa: E402
+from scan_cost import mix_chunks  # noqa: E402
 
 from sglang_guard.rules.linereader import Hits, Line, LineReader  # noqa: E402
 from sglang_guard.rules.rules import Matcher, load_default_packs  # noqa: E402
-from sglang_guard.supervise.shell.child import READ_CHUNK, SCAN_BEHIND  # noqa: E402
+from sglang_guard.supervise.shell.child import SCAN_BEHIND  # noqa: E402
 from sglang_guard.supervise.shell.supervisor import keeps  # noqa: E402
 
 AHEAD = 2 * SCAN_BEHIND  # chunks handed out before the line reader has read them
@@ -48,12 +48,7 @@ def main() -> int:
     matcher.warm_thread()
     layouts = [int(n) for n in args.workers.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        for mix in pass_through.MIXES:
-            src = Path(tmp) / f"{mix}.log"
-            n_lines, _ = pass_through.corpus(args.lines, src, mix)
-            data = src.read_bytes()
-            chunks = [data[i:i + READ_CHUNK] for i in range(0, len(data), READ_CHUNK)]
-            per_m = 1e6 / n_lines
+        for mix, chunks, per_m in mix_chunks(args.lines, tmp):
             want: list[str] | None = None
             for rnd in range(args.rounds):
                 for workers in layouts:
