@@ -395,8 +395,7 @@ class Child:
                 return  # the loop's own stop went first
             self._signalled = True
             try:
-                self._early = terminate_tree(self.pid if self.poll() is None else None,
-                                             self.pgid)
+                self._early = self._terminate_tree()
                 self._early.early = True
             except Exception:  # OSError, psutil.Error, ValueError: the loop's stop tries again
                 self._signalled = False
@@ -427,14 +426,17 @@ class Child:
 
     def terminate(self) -> Stopping:
         """SIGTERM the whole tree now; `stop(grace, begun=...)` does the rest."""
-        # Once reaped, the pid number may belong to someone else; the group id stays ours
-        # while any member lives (the kernel does not reuse a pid that names a group).
         with self._stop_lock:
             early, self._early = self._early, None
             if early is not None:  # a reader's early stop sent it: its stop, taken over
                 return early
             self._signalled = True
-            return terminate_tree(self.pid if self.poll() is None else None, self.pgid)
+            return self._terminate_tree()
+
+    def _terminate_tree(self) -> Stopping:
+        # Once reaped, the pid number may belong to someone else; the group id stays ours
+        # while any member lives (the kernel does not reuse a pid that names a group).
+        return terminate_tree(self.pid if self.poll() is None else None, self.pgid)
 
     def stop(self, grace: float, timeout: float = 30.0, begun: Stopping | None = None
              ) -> StopReport:

@@ -129,22 +129,28 @@ def _stat_table() -> dict[int, tuple[bool, int, int, int]] | None:
     for name in names:
         if not name.isdigit():
             continue
-        try:
-            fd = os.open(f"/proc/{name}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:  # gone meanwhile
-            continue
-        try:
-            data = os.read(fd, 512)
-        except OSError:
-            continue
-        finally:
-            os.close(fd)
-        # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
-        fields = data[data.rfind(b")") + 2:].split(None, 4)
-        if len(fields) < 4:
+        fields = _stat_fields(name, 4)
+        if fields is None or len(fields) < 4:  # gone meanwhile
             continue
         table[int(name)] = (fields[0] == b"Z", int(fields[1]), int(fields[2]), int(fields[3]))
     return table
+
+
+def _stat_fields(pid: int | str, split: int) -> list[bytes] | None:
+    """/proc/<pid>/stat's fields after the command's name (state, parent, group, session,
+    ...), the first `split` apart; None: gone, or no /proc."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 1024)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    # "pid (comm) state ppid pgrp session ...": comm may hold spaces and parentheses
+    return data[data.rfind(b")") + 2:].split(None, split)
 
 
 def _read_all(fd: int) -> bytes:
@@ -157,18 +163,8 @@ def _read_all(fd: int) -> bytes:
 def _start_ticks(pid: int) -> int | None:
     """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat's 22nd field,
     psutil's create time); None: gone, or no /proc."""
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        data = os.read(fd, 1024)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    fields = data[data.rfind(b")") + 2:].split(None, 20)  # "pid (comm) state ppid ..."
-    return int(fields[19]) if len(fields) > 19 else None
+    fields = _stat_fields(pid, 20)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
 
 
 def _now_ticks() -> float:
@@ -225,13 +221,7 @@ def _descendants(pid: int) -> list[psutil.Process] | None:
     """`pid` and every descendant, by the children lists (None: none here; see the module's
     docstring); a process that ended meanwhile is left out."""
     walked = _walk(pid)
-    if walked is None:
-        return None
-    found = []
-    for p in walked:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            found.append(psutil.Process(p))
-    return found
+    return None if walked is None else _as_processes(walked)
 
 
 def tree(pid: int) -> list[psutil.Process]:
