@@ -87,6 +87,14 @@ def cpu_split(pid: int) -> tuple[float, float]:
     return float(t.user), float(t.system)
 
 
+def peak_rss_mib(pid: int) -> float:
+    """A live process's peak resident set since it started (VmHWM), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def thread_cpu(pid: int) -> dict[int, tuple[str, float]]:
     """Each live thread of a process: its kernel name and user+system CPU seconds ({} once
     the process is gone). The guard names its pump threads (g1-stdout-scan, ...)."""

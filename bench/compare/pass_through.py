@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import sups
 from measure import (
@@ -33,6 +33,7 @@ from measure import (
     Figure,
     cpu_split,
     kill_tree,
+    peak_rss_mib,
     stop_process,
     thread_cpu,
     wait_until,
@@ -111,10 +112,18 @@ ROLES = ("read", "scan", "write")  # the guard's pump threads (supervise/shell/c
 THREAD_EVERY = 10  # polls (~20 ms) between two samples of the guard's threads
 
 
-def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers
-        ) -> tuple[float, tuple[float, float], Path, dict[str, float]]:
-    """(seconds from the child's first byte to the last byte on disk, the supervisor's user
-    and system CPU s, out, and for the guard the CPU s of its stdout pump's threads by role).
+class Run(NamedTuple):
+    """One tool's copy of one corpus."""
+
+    seconds: float  # from the child's first byte to the last byte on disk
+    cpu: tuple[float, float]  # the supervisor's user and system CPU s
+    out: Path
+    roles: dict[str, float]  # the guard's stdout pump threads' CPU s, by role ({} for others)
+    peak_mib: float  # the supervisor's peak RSS (VmHWM: since it started), MiB
+
+
+def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers) -> Run:
+    """`tool` copying `src` (`size` bytes) to `<workdir>/out.log`.
 
     The threads are read every ~20 ms while the copy runs (the last sample of each counts:
     a thread that ended between two samples loses at most that much)."""
@@ -147,11 +156,13 @@ def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers
         threads: dict[int, tuple[str, float]] = {}
         os.close(fd)  # the child reads EOF from the gate and starts copying
         cpu = base
+        peak = 0.0
         deadline = time.monotonic() + 300
         polls = 0
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 cpu = cpu_split(watched.pid)  # the last sample before it exits (guard, cat)
+                peak = max(peak, peak_rss_mib(watched.pid))
             if tool == "guard" and polls % THREAD_EVERY == 0:
                 threads.update(thread_cpu(watched.pid))
             polls += 1
@@ -161,12 +172,13 @@ def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers
         done = time.monotonic()
         with contextlib.suppress(Exception):
             cpu = cpu_split(watched.pid)
+            peak = max(peak, peak_rss_mib(watched.pid))
         if tool == "guard":
             threads.update(thread_cpu(watched.pid))
         roles = {role: sum(c for name, c in threads.values() if name.endswith(f"-stdout-{role}"))
                  for role in ROLES}
-        return (done - float(stamp.read_text()), (cpu[0] - base[0], cpu[1] - base[1]), out,
-                roles)
+        return Run(done - float(stamp.read_text()), (cpu[0] - base[0], cpu[1] - base[1]), out,
+                   roles, peak)
     finally:
         for proc in reversed(procs):
             stop_process(proc)
@@ -192,10 +204,16 @@ def _measure_mix(tmp: Path, peers: sups.Peers, lines: int, runs: int, mix: str
     lost: list[str] = []
     walls: list[float] = []
     busy: dict[str, list[float]] = {role: [] for role in ROLES}
+    peaks: dict[str, list[float]] = {t: [] for t in TOOLS}
     for run in range(runs):
-        for tool in TOOLS:
-            seconds, (user, system), out, roles = one(
+        # Rotated: each run starts with the next tool. On a VM that hands freed memory back
+        # to its host (virtio-balloon free page reporting), whoever touches freed memory
+        # first pays the host's faults: a fixed order would put that on one tool
+        # (bench/README.md, "The writer's write size").
+        for tool in TOOLS[run % len(TOOLS):] + TOOLS[:run % len(TOOLS)]:
+            seconds, (user, system), out, roles, peak = one(
                 tool, tmp / f"pass-{mix}-{lines}-{tool}-{run}", src, size, peers)
+            peaks[tool].append(peak)
             if tool == "guard":
                 walls.append(seconds)
                 for role in ROLES:
@@ -247,6 +265,9 @@ def _measure_mix(tmp: Path, peers: sups.Peers, lines: int, runs: int, mix: str
                           peer=[(c - u) / n_lines * 1e6
                                 for c, u in zip(cpus["supervisord"], users["supervisord"],
                                                 strict=True)]))
+    # The guard reads ahead of a slow sink (up to child.BYTE_BUDGET): its peak shows it.
+    figures.append(Figure(f"supervisor peak RSS during the copy, {label}", "MiB", "supervisord",
+                          "lower", guard=peaks["guard"], peer=peaks["supervisord"]))
     # Which of the guard's threads the copy waits on: a thread whose CPU comes near the run's
     # wall time (ratio ~1.0x) is busy all along, and the pass-through runs at its pace.
     for role in ROLES:

@@ -15,13 +15,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from sglang_guard.errors import InputError
 from sglang_guard.supervise.events import ChildExited
-from sglang_guard.supervise.shell.child import Child
+from sglang_guard.supervise.shell.child import WRITE_PIECE, Child
 from support.children import FAKE, BlockingSink, HashSink, collect, fake_argv, next_line
 from support.procs import survivors, wait_gone
 
@@ -65,6 +66,30 @@ def test_passthrough_is_byte_exact_and_in_order_per_stream(spawn, events):
     assert stdout_lines[0].text == "start"
     assert stdout_lines[-1].text == "end"
     assert exited == ChildExited(1, child.pid, 0)
+
+
+class PieceSink(io.BytesIO):
+    """A sink that records the size of every write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sizes: list[int] = []
+
+    def write(self, data: Any) -> int:
+        self.sizes.append(len(data))
+        return super().write(data)
+
+
+def test_the_writer_cuts_large_chunks_into_write_pieces(spawn, events):
+    # A flood is read READ_CHUNK at a time and written WRITE_PIECE at a time (child.py says
+    # why): every write is at most a piece, the pieces are the bytes in order.
+    out = PieceSink()
+    child = spawn(["random", "stdout", 3 * MB, 3], stdout_sink=out)
+    collect(events)
+    assert child.join(20)
+    assert out.getvalue() == rand(3 * MB, 3)
+    assert max(out.sizes) == WRITE_PIECE
+    assert sum(out.sizes) == 3 * MB
 
 
 def test_a_100_mb_line_passes_whole_and_is_matched_on_its_head(spawn, events):

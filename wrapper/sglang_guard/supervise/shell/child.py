@@ -9,7 +9,8 @@ first: the early stop, `Child._put_lines`):
   reader scanning too held the log mix at 2.8M lines/s and the near-miss mix at 1.9M; with
   the scan on the scanner's thread 3.4M and 2.4M, every run above every run of the other,
   and less CPU: bench/README.md, "The log path, fifth round");
-- one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink;
+- one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink
+  (WRITE_PIECE bytes per write);
 - one scanner per pipe: scans each chunk (LineReader.scan: Hyperscan, which runs without the
   GIL) and reads its lines (rules/linereader.py: with a scan, only the lines a hit ends in
   are read), at most SCAN_BEHIND chunks behind the reader, which waits for it past that (the
@@ -88,6 +89,17 @@ from sglang_guard.supervise.shell.proctree import (
 READ_CHUNK = 256 * 1024
 PIPE_SIZE = READ_CHUNK
 SCAN_BEHIND = 4  # chunks the scanner may be behind the reader
+# Bytes per write to the sink. A file's page cache takes a write in folios as large as the
+# write (Linux 6.x large folios): a 256 KiB write asks the page allocator for 256 KiB at once,
+# 32 KiB writes for pages it keeps at hand. On a VM that hands free memory back to its host
+# (virtio-balloon free page reporting, as on the bench's Firecracker VMs) the large ones are
+# fresh host pages: writing the same 195 MB in 256 KiB writes took 0.75-1.17 s of kernel
+# time, in 32 KiB writes 0.06 (one run of four 1.1), in 8 KiB 0.10. The guard's writer
+# then fell behind, and its backlog took fresh memory too: 5 runs alternated, log mix 1M,
+# 1,694 -> 5,662 k lines/s and 0.54 -> 0.10 kernel CPU s per 1M lines, peak RSS 85-144 ->
+# 38-52 MiB (bench/README.md, "The writer's write size"). Elsewhere it costs 7 more write
+# calls per 256 KiB chunk (~0.01 s per 1M lines).
+WRITE_PIECE = 32 * 1024
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
@@ -233,8 +245,7 @@ class _Pump:
             size = len(chunk)
             if self.sink_error is None:
                 try:
-                    self._sink.write(chunk)
-                    self._sink.flush()
+                    self._put_out(chunk)
                 except (OSError, ValueError) as exc:  # closed or broken sink: keep draining
                     self.sink_error = exc
             del chunk  # not held over the wait below: the trim may hand its pages back
@@ -246,6 +257,16 @@ class _Pump:
                 self._cond.notify_all()
         if due:  # the stream ended right after a backlog
             self._trim()
+
+    def _put_out(self, chunk: bytes) -> None:
+        """Write `chunk` to the sink, WRITE_PIECE bytes per write, and flush it."""
+        if len(chunk) <= WRITE_PIECE:
+            self._sink.write(chunk)
+        else:
+            with memoryview(chunk) as view:
+                for at in range(0, len(chunk), WRITE_PIECE):
+                    self._sink.write(view[at:at + WRITE_PIECE])
+        self._sink.flush()
 
 
 class Child:
