@@ -22,7 +22,7 @@ import pytest
 
 from sglang_guard.errors import InputError
 from sglang_guard.supervise.events import ChildExited
-from sglang_guard.supervise.shell.child import WRITE_PIECE, Child
+from sglang_guard.supervise.shell.child import TRIM_AFTER, WRITE_PIECE, Child
 from support.children import FAKE, BlockingSink, HashSink, collect, fake_argv, next_line
 from support.procs import survivors, wait_gone
 
@@ -243,7 +243,7 @@ def test_a_written_backlog_is_handed_back_once_the_stream_is_quiet(spawn, events
 
 def test_a_backlog_under_the_threshold_is_not_trimmed(spawn, events):
     sink, trims = BlockingSink(), Trims()
-    child = spawn(["random", "stdout", 2 * MB, 6], stdout_sink=sink, trim=trims)
+    child = spawn(["random", "stdout", TRIM_AFTER // 2, 6], stdout_sink=sink, trim=trims)
     try:
         _, exited = collect(events)  # the child wrote 2 MB into the backlog and exited
         assert exited.returncode == 0
@@ -251,7 +251,7 @@ def test_a_backlog_under_the_threshold_is_not_trimmed(spawn, events):
         sink.release.set()
     assert child.join(20)  # every writer finished: it would have trimmed by now
     assert trims.calls == []
-    assert sink.getvalue() == rand(2 * MB, 6)
+    assert sink.getvalue() == rand(TRIM_AFTER // 2, 6)
 
 
 def test_a_stream_that_ends_right_after_its_backlog_is_trimmed_at_its_end(spawn, events):
