@@ -96,9 +96,10 @@ SCAN_BEHIND = 4  # chunks the scanner may be behind the reader
 # fresh host pages: writing the same 195 MB in 256 KiB writes took 0.75-1.17 s of kernel
 # time, in 32 KiB writes 0.06 (one run of four 1.1), in 8 KiB 0.10. The guard's writer
 # then fell behind, and its backlog took fresh memory too: 5 runs alternated, log mix 1M,
-# 1,694 -> 5,662 k lines/s and 0.54 -> 0.10 kernel CPU s per 1M lines, peak RSS 85-144 ->
-# 38-52 MiB (bench/README.md, "The writer's write size"). Elsewhere it costs 7 more write
-# calls per 256 KiB chunk (~0.01 s per 1M lines).
+# 1,694 -> 5,662 k lines/s and 0.54 -> 0.10 kernel CPU s per 1M lines, peak RSS 60-144 ->
+# 38-52 MiB (bench/README.md, "The writer's write size"). Where no freed memory had gone back
+# (a 16-core device host), 32 KiB writes cost 0.01-0.02 s more per 195 MB than 256 KiB ones
+# (bench/h200/h100-host-write-size.txt).
 WRITE_PIECE = 32 * 1024
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
