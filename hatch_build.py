@@ -12,6 +12,7 @@ scripts/test) imports it, and put into a regular wheel under the same name.
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -23,6 +24,8 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SOURCE = Path("wrapper/sglang_guard/rules/_linescan.c")
 TARGET = SOURCE.with_name("_linescan.abi3.so")
 IN_WHEEL = "sglang_guard/rules/_linescan.abi3.so"
+STAMP = Path("wrapper/sglang_guard/_build.txt")  # git-ignored: written for each wheel
+STAMP_IN_WHEEL = "sglang_guard/_build.txt"
 
 
 def compile_module(root: Path) -> Path | None:
@@ -48,13 +51,40 @@ def compile_module(root: Path) -> Path | None:
     return target
 
 
+def write_stamp(root: Path) -> Path:
+    """Write which commit a wheel is built from beside the package's source (`<short sha>`,
+    `+dirty` when tracked files differ from it; `unknown` without git): the bench names the
+    guard a wheel runs by it (bench/compare/main.guard_build), where no .git came along."""
+    program = shutil.which("git")
+
+    def git(*args: str) -> str | None:
+        if program is None:
+            return None
+        try:
+            done = subprocess.run([program, "-C", str(root), *args], capture_output=True,
+                                  text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    stamp = "unknown" if commit is None else commit + ("+dirty" if dirty else "")
+    target = root / STAMP
+    target.write_text(stamp + "\n", encoding="utf-8")
+    return target
+
+
 class CustomBuildHook(BuildHookInterface):  # type: ignore[misc]
     """hatchling calls `initialize` before it builds a wheel or an editable wheel."""
 
     def initialize(self, version: str, build_data: dict[str, Any]) -> None:
         built = compile_module(Path(self.root))
-        if built is None or version == "editable":
+        if version == "editable":
             return  # editable: the module sits beside its source, on the package's path
+        build_data["force_include"][str(write_stamp(Path(self.root)))] = STAMP_IN_WHEEL
+        if built is None:
+            return
         build_data["force_include"][str(built)] = IN_WHEEL
         build_data["pure_python"] = False
         platform = sysconfig.get_platform().replace("-", "_").replace(".", "_")

@@ -27,7 +27,7 @@ import pass_through
 import peers as peer_env
 import psutil
 import reaction
-from measure import Figure, kill_strays, spread
+from measure import REPO, Figure, kill_strays, spread
 
 SECTIONS = ("pass", "reaction", "flood", "lifecycle", "check")
 
@@ -51,25 +51,37 @@ def guard_build() -> str:
     interpreter and environment, as the bench starts the guard): its commit, the Hyperscan
     build (0.9.1 and 0.7.21 scan the running set at 2.5x different speeds:
     bench/hyperscan-sets-latest.txt) and whether the C line search and walk are built."""
-    probe = ("import hyperscan, sglang_guard.rules.linescan as l; "
+    probe = ("import hyperscan, sglang_guard, sglang_guard.rules.linescan as l; "
              "print(getattr(hyperscan, '__version__', '?'), l.first_line is not None, "
-             "getattr(l, 'advance', None) is not None)")
+             "getattr(l, 'advance', None) is not None, sglang_guard.__file__)")
     try:
         found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                                timeout=60, check=True).stdout.split()
     except (OSError, subprocess.SubprocessError):
         found = []
-    if len(found) != 3:
+    if len(found) != 4:
         return "unknown"
+    package = Path(found[3]).parent
+    if not package.is_relative_to(REPO):  # an installed wheel: the commit it was built from
+        stamp = package / "_build.txt"
+        commit = (f"the wheel built at {stamp.read_text().strip()}" if stamp.exists()
+                  else f"{package} (not this checkout; no build stamp)")
+    else:
+        commit = f"main {_commit()}"
+    yes = {"True": "yes", "False": "no"}
+    return (f"{commit}; hyperscan {found[0]}; C line search {yes.get(found[1], '?')}, "
+            f"walk {yes.get(found[2], '?')}")
+
+
+def _commit() -> str:
+    """This checkout's commit (`?` without git or a .git)."""
     try:  # a copy without its .git (the H200 host's) has no commit to name
         commit = subprocess.run(["git", "-C", str(Path(__file__).parent), "rev-parse",
                                  "--short", "HEAD"], capture_output=True, text=True,
                                 timeout=10, check=False).stdout.strip() or "?"
     except (OSError, subprocess.SubprocessError):
         commit = "?"
-    yes = {"True": "yes", "False": "no"}
-    return (f"main {commit}; hyperscan {found[0]}; C line search {yes.get(found[1], '?')}, "
-            f"walk {yes.get(found[2], '?')}")
+    return commit
 
 
 def table(figures: list[Figure]) -> str:
