@@ -88,8 +88,12 @@ def cpu_split(pid: int) -> tuple[float, float]:
 
 
 def peak_rss_mib(pid: int) -> float:
-    """A live process's peak resident set since it started (VmHWM), MiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    """A live process's peak resident set since it started (VmHWM), MiB (0.0: gone)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    for line in status.splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0

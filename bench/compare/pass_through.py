@@ -162,9 +162,10 @@ def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers) -> Ru
         while time.monotonic() < deadline:
             with contextlib.suppress(Exception):
                 cpu = cpu_split(watched.pid)  # the last sample before it exits (guard, cat)
+            if polls % THREAD_EVERY == 0:  # a high-water mark: ~20 ms apart will do
                 peak = max(peak, peak_rss_mib(watched.pid))
-            if tool == "guard" and polls % THREAD_EVERY == 0:
-                threads.update(thread_cpu(watched.pid))
+                if tool == "guard":
+                    threads.update(thread_cpu(watched.pid))
             polls += 1
             if out.exists() and out.stat().st_size >= size:
                 break
@@ -172,7 +173,7 @@ def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers) -> Ru
         done = time.monotonic()
         with contextlib.suppress(Exception):
             cpu = cpu_split(watched.pid)
-            peak = max(peak, peak_rss_mib(watched.pid))
+        peak = max(peak, peak_rss_mib(watched.pid))
         if tool == "guard":
             threads.update(thread_cpu(watched.pid))
         roles = {role: sum(c for name, c in threads.values() if name.endswith(f"-stdout-{role}"))
