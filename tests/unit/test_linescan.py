@@ -281,6 +281,91 @@ def test_a_long_span_is_walked_without_the_gil_and_answers_the_same() -> None:
     assert walk_py(tb.TRACEBACK, block, 0, len(block), 65536) == want
 
 
+# --- advance with lines to read: the reader's header-only lines, in one call ----------------
+# rules/linereader.py hands the walk the lines only a traceback's header hit (`reads`); the C
+# steps each where the walk stands. Its definition is tracebacks._advance_reading in Python
+# (the walk and the read both in Python here: the C switched off).
+
+def reading_py(state: str, block: bytes, start: int, end: int, cap: int, reads: list[int],
+               monkeypatch: pytest.MonkeyPatch) -> tuple[str, list[tuple[int, int, str]]]:
+    found: list[tuple[int, int, str]] = []
+    with monkeypatch.context() as patched:
+        patched.setattr(linescan, "advance", None)
+        patched.setattr(linescan, "first_line", None)
+        return tb._advance_reading(state, block, (start, end), cap, found, reads=reads), found
+
+
+def reading_agrees(block: bytes, rng: random.Random, monkeypatch: pytest.MonkeyPatch,
+                   caps: tuple[int, ...] = (8, 65536)) -> int:
+    """From a few line starts, over random subsets of the later lines as reads (the header
+    lines often among them), every state and cap: the C's answer, where it gives one, is the
+    definition's. How many it gave."""
+    assert linescan.advance is not None
+    starts = line_starts(block)
+    ends = [i + 1 for i in range(len(block)) if block[i] == 10]
+    answered = 0
+    for start in rng.sample(starts, min(4, len(starts))):
+        later = [e for e in ends if e > start]
+        headers = [e for e in later if block[:e - 1].endswith(tb.HEADER.encode())]
+        for reads in ([], headers, sorted(rng.sample(later, rng.randint(0, len(later)))),
+                      sorted({*headers, *rng.sample(later, min(2, len(later)))})):
+            for state in tb.STATES:
+                for cap in caps:
+                    done = linescan.advance(tb.STATES.index(state), block, start, len(block),
+                                            cap, reads)
+                    if done is None:
+                        assert not _plain(block, start, len(block)), (state, reads)
+                        continue
+                    answered += 1
+                    got = (tb.STATES[done[0]], done[1])
+                    assert got == reading_py(state, block, start, len(block), cap, reads,
+                                             monkeypatch), (state, cap, reads,
+                                                            block[start:][:400])
+    return answered
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(150))
+def test_the_c_walk_reads_the_lines_it_is_given_as_python(
+        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)  # noqa: S311 - a reproducible soup, not a secret
+    assert reading_agrees(soup(rng, rng.randint(1, 14), WALK_PIECES, headers=0.3), rng,
+                          monkeypatch)
+
+
+@needs_c
+@pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
+                         ids=lambda p: p.name)
+def test_the_c_walk_reads_the_lines_it_is_given_on_every_stored_log(
+        log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(log.name)  # noqa: S311 - reproducible picks
+    assert sum(reading_agrees(window, rng, monkeypatch) for window in windows(log, 60))
+
+
+@needs_c
+def test_a_header_read_on_the_walk_starts_a_traceback_whose_exception_is_found() -> None:
+    assert linescan.advance is not None
+    block = (b"[2026-11-29 16:50:52] other\n" + tb.HEADER.encode() + b"\n"
+             b'  File "x.py", line 1, in f\nValueError: boom\nmore\n')
+    header_end = block.index(b"\n", block.index(b"Traceback")) + 1
+    at = block.index(b"ValueError")
+    assert linescan.advance(tb.STATES.index(tb.OTHER), block, 0, len(block), 65536,
+                            [header_end]) == (tb.STATES.index(tb.MESSAGE),
+                                              [(at, at + 16, "ValueError: boom")])
+    # Walked, not read, the header line leaves the state where the last record put it.
+    assert linescan.advance(tb.STATES.index(tb.OTHER), block, 0, len(block), 65536) == (
+        tb.STATES.index(tb.OTHER), [])
+
+
+@needs_c
+@pytest.mark.parametrize("reads", [[2], [4, 4], [6, 4], [3], [7], ["x"], [None], 5])
+def test_the_walk_refuses_reads_out_of_order_or_off_a_line_end(reads: object) -> None:
+    assert linescan.advance is not None
+    block = b"a\nb\nc\n"
+    with pytest.raises((ValueError, TypeError)):
+        linescan.advance(0, block, 2, len(block), 8, reads)
+
+
 @needs_c
 @pytest.mark.parametrize("args", [(5, b"x\n", 0, 2, 8), (-1, b"x\n", 0, 2, 8),
                                   (0, b"x\n", -1, 2, 8), (0, b"x\n", 0, 3, 8),

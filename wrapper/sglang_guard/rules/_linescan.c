@@ -205,7 +205,7 @@ static int closed(const unsigned char *p, const unsigned char *e) {
 
 /* ---- advance: rules/tracebacks.advance over the lines nobody reads --------------------------
 
-   advance(state, block, start, end, cap) -> (state, [(start, stop, text), ...]) | None
+   advance(state, block, start, end, cap[, reads]) -> (state, [(start, stop, text), ...]) | None
 
    What rules/tracebacks.py's `_advance` (its definition) leaves: the state after the whole
    lines block[start:end], and the exception lines that end a traceback's frames among them.
@@ -216,7 +216,12 @@ static int closed(const unsigned char *p, const unsigned char *e) {
    less its trailing CRs, and Python's str regexes (\d, \w, str.strip) read ASCII as below.
    Any other line it would have to step makes it answer None, and the caller walks the span
    in Python. tests/unit/test_linescan.py holds the two equal over stored logs, random line
-   soups, every state and several caps. The GIL is released over a long span. */
+   soups, every state and several caps. The GIL is released over a long span.
+
+   `reads`: the lines among them (each by the offset just past its newline, ascending) that
+   are read, not walked: each is stepped as it is, wherever the walk stands (tracebacks.
+   `_advance_reading` is the definition). The reader passes the lines only a traceback's
+   header hit (rules/linereader.py): a chunk of many tracebacks then costs one call. */
 
 enum { S_UNKNOWN = 0, S_OTHER = 1, S_REQUEST = 2, S_TRACEBACK = 3, S_MESSAGE = 4 };
 enum { ABORT = -1, NO_MEMORY = -2 };
@@ -458,12 +463,74 @@ static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssiz
     return state;
 }
 
+/* The walk over block[start:end] that reads the lines ending just before each of reads[0:n]
+   (tracebacks._advance_reading). */
+static int walk_reading(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
+                        Py_ssize_t cap, const Py_ssize_t *reads, Py_ssize_t n, Found *found) {
+    for (Py_ssize_t k = 0; k < n; k++) {
+        Py_ssize_t stop = reads[k], newline, len;
+        const unsigned char *nl = memrchr(block + start, '\n', (size_t)(stop - 1 - start));
+        Py_ssize_t line = nl == NULL ? start : nl - block + 1;
+        state = walk(state, block, start, line, cap, found);
+        if (state < 0)
+            return state;
+        if (!text_at(block, line, stop, cap, &newline, &len))
+            return ABORT;
+        int before = state;
+        state = step(state, block + line, len);
+        if (before == S_TRACEBACK && state == S_MESSAGE && !found_add(found, line, newline))
+            return NO_MEMORY;
+        start = stop;
+    }
+    return walk(state, block, start, end, cap, found);
+}
+
+/* reads (a sequence of ints) as a C array in *out (NULL when there are none); 0: an error is
+   set (not ints, not ascending within (start, end], or one not just past a newline). */
+static int read_stops(PyObject *reads, const unsigned char *block, Py_ssize_t start,
+                      Py_ssize_t end, Py_ssize_t **out, Py_ssize_t *n) {
+    *out = NULL;
+    *n = 0;
+    if (reads == NULL || reads == Py_None)
+        return 1;
+    Py_ssize_t size = PySequence_Size(reads);
+    if (size < 0)
+        return 0;
+    Py_ssize_t *at = size ? malloc((size_t)size * sizeof *at) : NULL;
+    if (size && at == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    Py_ssize_t last = start;
+    for (Py_ssize_t k = 0; k < size; k++) {
+        PyObject *item = PySequence_GetItem(reads, k);
+        Py_ssize_t stop = item == NULL ? -1 : PyLong_AsSsize_t(item);
+        Py_XDECREF(item);
+        if (stop == -1 && PyErr_Occurred()) {
+            free(at);
+            return 0;
+        }
+        if (stop <= last || stop > end || block[stop - 1] != '\n') {
+            free(at);
+            PyErr_SetString(PyExc_ValueError, "advance: reads must ascend within (start, end], "
+                                              "each just past a newline");
+            return 0;
+        }
+        at[k] = last = stop;
+    }
+    *out = at;
+    *n = size;
+    return 1;
+}
+
 static PyObject *advance(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
     Py_ssize_t start, end, cap;
     int state;
-    if (!PyArg_ParseTuple(args, "iy*nnn:advance", &state, &view, &start, &end, &cap))
+    PyObject *reads_arg = NULL;
+    if (!PyArg_ParseTuple(args, "iy*nnn|O:advance", &state, &view, &start, &end, &cap,
+                          &reads_arg))
         return NULL;
     if (state < S_UNKNOWN || state > S_MESSAGE || start < 0 || end > view.len || cap < 1
         || (start < end && ((const unsigned char *)view.buf)[end - 1] != '\n')) {
@@ -473,15 +540,21 @@ static PyObject *advance(PyObject *self, PyObject *args) {
         return NULL;
     }
     const unsigned char *block = (const unsigned char *)view.buf;
+    Py_ssize_t *reads, n_reads;
+    if (!read_stops(reads_arg, block, start, end, &reads, &n_reads)) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
     Found found = {NULL, 0, 0};
     int after;
     if (end - start >= RELEASE_GIL_AT) {
         Py_BEGIN_ALLOW_THREADS
-        after = walk(state, block, start, end, cap, &found);
+        after = walk_reading(state, block, start, end, cap, reads, n_reads, &found);
         Py_END_ALLOW_THREADS
     } else {
-        after = walk(state, block, start, end, cap, &found);
+        after = walk_reading(state, block, start, end, cap, reads, n_reads, &found);
     }
+    free(reads);
     PyObject *result = NULL, *list = NULL;
     if (after == NO_MEMORY) {
         PyErr_NoMemory();
@@ -524,8 +597,9 @@ static PyMethodDef methods[] = {
     {"quotes_closed", quotes_closed, METH_O,
      "quotes_closed(line) -> bool: every quote the line opens closes on it (logline.CLOSED)."},
     {"advance", advance, METH_VARARGS,
-     "advance(state, block, start, end, cap) -> (state, [(start, stop, text)]) | None: "
-     "rules/tracebacks.advance over block[start:end], or None where a line needs Python."},
+     "advance(state, block, start, end, cap[, reads]) -> (state, [(start, stop, text)]) | None: "
+     "rules/tracebacks.advance over block[start:end], reading the lines that end just before "
+     "each of reads, or None where a line needs Python."},
     {"first_line", first_line, METH_VARARGS,
      "first_line(block, start, end, kind, cap) -> int: the first line of block[start:end] that "
      "kind (0 frames, 1 message, 2 blank) takes, or -1."},

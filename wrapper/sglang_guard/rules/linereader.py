@@ -27,7 +27,7 @@ they decide what it decides.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -154,17 +154,25 @@ class LineReader:
                 self._skip(raw + b"\n", 0, len(raw) + 1, out)
             pos = first + 1
         self._stage(hits.stage)
+        # A line only a header hit is read on the walk to the next checked line (in C: a chunk
+        # of many tracebacks costs one call), unless every read line is returned (no `keep`).
+        batch = self._keep is not None
+        reads: list[int] = []
         for end in ends:
             if end <= pos:
                 continue
+            if batch and end not in checked:
+                reads.append(end)
+                continue
             start = chunk.rfind(b"\n", pos, end - 1) + 1 or pos
-            self._skip(chunk, pos, start, out)
+            self._skip(chunk, pos, start, out, reads)
+            reads = []
             self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out,
                        end in checked,
                        maybe=None if rules is None or end in dirty else rules.get(end, ()),
                        by=hits.by)
             pos = end
-        self._skip(chunk, pos, last + 1, out)
+        self._skip(chunk, pos, last + 1, out, reads)
 
     # -- pieces ------------------------------------------------------------------------------
 
@@ -213,12 +221,16 @@ class LineReader:
     def _exception(self, text: str) -> None:
         self.last_exception, self.exception_ticket = text, self._ticket()
 
-    def _skip(self, block: bytes, start: int, end: int, out: list[Line]) -> None:
-        """Move the state over `block[start:end]`, whose lines no scan hit."""
+    def _skip(self, block: bytes, start: int, end: int, out: list[Line],
+              reads: Sequence[int] = ()) -> None:
+        """Move the state over `block[start:end]`, whose lines no scan hit but those that end
+        just before an offset in `reads` (only a header hit them: read, not checked; only
+        with a `keep`, which could not take them)."""
         if end <= start:
             return
         found: list[tuple[int, int, str]] = []
-        self.state = tracebacks.advance(self.state, block, (start, end), self._cap, found)
+        self.state = tracebacks.advance(self.state, block, (start, end), self._cap, found,
+                                        reads=reads)
         if found:  # no scan hit these lines: no rule reads them, only the last one counts
             self._exception(found[-1][2])
         if self._keep is None:

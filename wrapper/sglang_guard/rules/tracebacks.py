@@ -33,6 +33,7 @@ or a plain continuation line can do.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -200,24 +201,46 @@ def _line_at(block: bytes, start: int, end: int, cap: int) -> tuple[int, str]:
 
 
 def advance(state: str, block: bytes, span: tuple[int, int], cap: int,
-            exceptions: list[tuple[int, int, str]]) -> str:
+            exceptions: list[tuple[int, int, str]], *, reads: Sequence[int] = ()) -> str:
     """The state after the complete lines `block[start:end]` (`span`; `end` just past a
     newline),
     as `step` would leave it reading each line cleaned to `cap` bytes.
 
     None of these lines is a traceback's header (the reader's scan reports every line that
-    holds one, and every line with an ESC or NUL byte, and reads those itself). The
-    exception lines that end a traceback's frames are added to `exceptions` as (start, end,
-    text): the machine sees each even when no rule matches it.
+    holds one, and every line with an ESC or NUL byte, and reads those itself), except the
+    lines in `reads` (each by the offset just past its newline, ascending): those are read,
+    cleaned and stepped, wherever the walk stands (the reader passes the lines only a
+    header hit: `_advance_reading`). The exception lines that end a traceback's frames are
+    added to `exceptions` as (start, end, text): the machine sees each even when no rule
+    matches it.
     """
     walk = linescan.advance
     if walk is not None:  # in C (rules/_linescan.c), unless a line it must step is not ASCII
-        done = walk(_STATE_NUMBER[state], block, span[0], span[1], cap)
+        done = walk(_STATE_NUMBER[state], block, span[0], span[1], cap, reads)
         if done is not None:
             after, found = done
             exceptions += found
             return STATES[after]
+    if reads:
+        return _advance_reading(state, block, span, cap, exceptions, reads=reads)
     return _advance(state, block, span, cap, exceptions)
+
+
+def _advance_reading(state: str, block: bytes, span: tuple[int, int], cap: int,
+                     exceptions: list[tuple[int, int, str]], *, reads: Sequence[int]) -> str:
+    """`advance` with lines to read on the way (its definition): the walk to each, then the
+    line as the reader reads one (rules/linereader.LineReader._read)."""
+    start, end = span
+    for stop in reads:
+        line = block.rfind(b"\n", start, stop - 1) + 1 or start
+        state = advance(state, block, (start, line), cap, exceptions)
+        text = clean(block[line:min(stop - 1, line + cap)], cap)
+        before = state
+        state, _ = step(before, text)
+        if ends_frames(before, state):
+            exceptions.append((line, stop - 1, text))
+        start = stop
+    return advance(state, block, (start, end), cap, exceptions)
 
 
 def _advance(state: str, block: bytes, span: tuple[int, int], cap: int,
