@@ -8,12 +8,14 @@ import threading
 from pathlib import Path
 
 import pytest
+import re2
 
 from requestlines import FATAL_TEXTS, quoting
 from sglang_guard.rules import blockscan
-from sglang_guard.rules.blockscan import BlockScan, unanchored, widen
+from sglang_guard.rules.blockscan import BlockScan, trim_separators, unanchored, widen
 from sglang_guard.rules.linereader import LineReader
 from sglang_guard.rules.logline import clean
+from sglang_guard.rules.rulepack import RE2_OPTIONS
 from sglang_guard.rules.rules import Matcher, RulePack, load_default_packs, parse_pack
 from sglang_guard.supervise.shell.supervisor import Supervisor
 
@@ -45,6 +47,41 @@ def test_widen_drops_only_upper_bounds_of_repeats(pattern: str, want: str) -> No
 ])
 def test_unanchored_drops_anchors_only(pattern: str, want: str) -> None:
     assert unanchored(pattern) == want
+
+
+@pytest.mark.parametrize(("pattern", "want"), [
+    ("Scheduler hit an exception: ", "Scheduler hit an exception"),
+    (r"dist_init_port=", "dist_init_port"),
+    (r"but got \ ", "but got"),  # an escaped space too
+    (r"Traceback\ \(most\ recent\ call\ last\)\:", r"Traceback\ \(most\ recent\ call\ last\)\:"),
+    ("x: +", "x: +"), ("x: ?", "x: ?"), ("x: {2}", "x: {2}"),  # a quantifier ends it
+    ("x[: ]", "x[: ]"), ("(a): ", "(a): "), ("a|: ", "a|: "), (": ", ": "),
+    (r"\d: ", r"\d: "), (r"\\: ", r"\\: "), (r"\x3a", r"\x3a"), (r"a\Qb: \E", r"a\Qb: \E"),
+    ("got $", "got $"),  # an anchor ends it
+])
+def test_trim_separators_drops_only_a_plain_separator_tail_after_a_word_character(
+        pattern: str, want: str) -> None:
+    assert trim_separators(pattern) == want
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_trimmed_pattern_matches_in_every_line_the_pattern_matches_in(seed: int) -> None:
+    """Per line a superset: RE2 itself, on random patterns ending in separators and lines."""
+    rng = random.Random(seed)  # noqa: S311 - reproducible
+    pieces = ["a", "b", "1", "é", ":", " ", ",", ";", "=", r"\ ", r"\:", r"\d", "[: ]", "+", "?",
+              "*", "(a|b)", "|", "$", "^", "x{2}", "."]
+    alphabet = "ab1é:;,= \tx"
+    for _ in range(200):
+        pattern = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
+        try:
+            whole = re2.compile(pattern, RE2_OPTIONS)
+        except re2.error:
+            continue
+        trimmed = re2.compile(trim_separators(pattern), RE2_OPTIONS)
+        for _ in range(20):
+            line = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+            if whole.search(line):
+                assert trimmed.search(line), (pattern, trim_separators(pattern), line)
 
 
 def test_a_bounded_repeat_of_multibyte_characters_still_hits() -> None:
