@@ -122,15 +122,18 @@ class Run(NamedTuple):
     peak_mib: float  # the supervisor's peak RSS (VmHWM: since it started), MiB
 
 
-def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers) -> Run:
-    """`tool` copying `src` (`size` bytes) to `<workdir>/out.log`.
+def one(tool: str, workdir: Path, src: Path, size: int, peers: sups.Peers, *,
+        per_line: bool = False) -> Run:
+    """`tool` copying `src` (`size` bytes) to `<workdir>/out.log` (`per_line`: the child
+    writes each line with its own write, not 64 KiB at a time).
 
     The threads are read every ~20 ms while the copy runs (the last sample of each counts:
     a thread that ended between two samples loses at most that much)."""
     workdir.mkdir(parents=True)
     gate, stamp, out = workdir / "gate", workdir / "stamp", workdir / "out.log"
     os.mkfifo(gate)
-    child = [sys.executable, str(HERE / "replay.py"), str(src), str(gate), str(stamp)]
+    child = [sys.executable, str(HERE / "replay.py"), str(src), str(gate), str(stamp),
+             *(["--per-line"] if per_line else [])]
     procs: list[subprocess.Popen[bytes]] = []
     if tool == "cat":
         with out.open("wb") as fh:
