@@ -17,6 +17,7 @@ from sglang_guard.rules.linereader import LineReader
 from sglang_guard.rules.logline import clean
 from sglang_guard.rules.rulepack import RE2_OPTIONS
 from sglang_guard.rules.rules import Matcher, RulePack, load_default_packs, parse_pack
+from sglang_guard.rules.stages import MARKERS, READY_LINE
 from sglang_guard.supervise.shell.supervisor import Supervisor
 
 REPO = Path(__file__).resolve().parents[2]
@@ -261,6 +262,22 @@ def test_clean_strips_escapes_as_the_pattern_and_drop_list_do() -> None:
         raw = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         want = _ANSI.sub(b"", raw).translate(None, _DROP).decode("utf-8", "replace")
         assert clean(raw, 1 << 20) == want, raw
+
+
+def test_only_the_rules_scan_patterns_are_trimmed_the_markers_stay_whole() -> None:
+    """A rule's hit is checked again by its own regex; a stage marker's is taken as found,
+    so a marker must not be widened: "Uvicorn running on" without its space is no stage."""
+    rules, (first, stop) = len(MATCHER.rules), MATCHER._markers
+    assert MATCHER._lines.patterns[:rules] == tuple(
+        blockscan.line_superset(unanchored(rule.pattern)) for rule in MATCHER.rules)
+    assert any(p != unanchored(r.pattern)
+               for p, r in zip(MATCHER._lines.patterns, MATCHER.rules, strict=False))
+    assert MATCHER._lines.patterns[first:stop] == tuple(m for _, _, m in MARKERS)
+    assert MATCHER._lines.patterns[stop] == re2.escape(READY_LINE)
+    record = b"[2026-11-29 16:50:52] "
+    assert MATCHER.line_scan(record + b"Uvicorn running onX\n", True).stage is None
+    assert MATCHER.line_scan(record + b"Uvicorn running on http://127.0.0.1:1\n",
+                             True).stage == "warmup"
 
 
 def test_past_the_start_only_running_phase_rules_are_scanned_for() -> None:

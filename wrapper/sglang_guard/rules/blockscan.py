@@ -140,10 +140,9 @@ _TO_LINE_END = r"[^\n]*\n"
 
 def line_expression(pattern: str, *, to_line_end: bool = True) -> str:
     """`pattern` as a per-line Hyperscan set holds it: widened (`widen`), cut before its
-    first top-level `.*` (`line_prefix`) and before the separators it ends in
-    (`trim_separators`), run on to its line's end (`to_line_end=False`: without that tail,
-    as bench/hyperscan_sets.py also times it)."""
-    head = widen(trim_separators(line_prefix(pattern)))
+    first top-level `.*` (`line_prefix`), run on to its line's end (`to_line_end=False`:
+    without that tail, as bench/hyperscan_sets.py also times it)."""
+    head = widen(line_prefix(pattern))
     return f"(?:{head}){_TO_LINE_END}" if to_line_end else head
 
 
@@ -152,6 +151,13 @@ def line_expression(pattern: str, *, to_line_end: bool = True) -> str:
 # literal's last bytes, stop to confirm at every ": " of the log. Without them the rule
 # pack's running set scans ~30% faster (bench/README.md, "The log path, eighth round").
 _SEPARATORS = frozenset(" :,;=")
+
+
+def line_superset(pattern: str) -> str:
+    """A rule's pattern as a per-line scan looks for it: `line_prefix`, then
+    `trim_separators`. Per line a superset, so only for a pattern whose every hit is checked
+    again exactly (a rule's: rules/rules.Matcher); a stage marker's hit is taken as found."""
+    return trim_separators(line_prefix(pattern))
 
 
 def trim_separators(pattern: str) -> str:

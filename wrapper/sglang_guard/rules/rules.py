@@ -25,7 +25,7 @@ from packaging.version import InvalidVersion, Version
 from sglang_guard.common.outcomes import Advice
 from sglang_guard.errors import ConfigError
 from sglang_guard.rules import tracebacks
-from sglang_guard.rules.blockscan import BlockScan, unanchored
+from sglang_guard.rules.blockscan import BlockScan, line_superset, unanchored
 from sglang_guard.rules.fixes import FIX_KINDS, Fix, MatchContext
 from sglang_guard.rules.linereader import Hits
 from sglang_guard.rules.logline import LINE_CAP, error_text
@@ -122,7 +122,10 @@ class Matcher:
         # Per phase, one per-line scan: while starting every rule, the stage markers and the
         # ready line; once SGLang is ready only running-phase rules act (supervise/machine.py reads
         # lines only while starting or ready), a handful of patterns.
-        rules = [unanchored(rule.pattern) for rule in self.rules]
+        # A rule's hits are checked again by its own regex (`_among`), so its scan pattern
+        # may be a per-line superset (`line_superset`); a marker's or the ready line's hit
+        # is taken as found, so theirs stay as they are.
+        rules = [line_superset(unanchored(rule.pattern)) for rule in self.rules]
         self._markers = len(self.rules), len(self.rules) + len(MARKERS)
         self._lines = BlockScan([*rules, *(marker for _, _, marker in MARKERS),
                                  re2.escape(READY_LINE), *_ALWAYS],
