@@ -442,22 +442,32 @@ static int after_last_record(int state, const unsigned char *block, Py_ssize_t s
     return state;
 }
 
+/* Step the line at `line` (its newline before `end`, put in *stop); an exception line that
+   ends a traceback's frames goes into `found`. The state after it, ABORT or NO_MEMORY. */
+static int step_line(int state, const unsigned char *block, Py_ssize_t line, Py_ssize_t end,
+                     Py_ssize_t cap, Py_ssize_t *stop, Found *found) {
+    Py_ssize_t n;
+    if (!text_at(block, line, end, cap, stop, &n))
+        return ABORT;
+    int after = step(state, block + line, n);
+    if (state == S_TRACEBACK && after == S_MESSAGE && !found_add(found, line, *stop))
+        return NO_MEMORY;
+    return after;
+}
+
 /* tracebacks._advance */
 static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
                 Py_ssize_t cap, Found *found) {
-    Py_ssize_t stop, n;
+    Py_ssize_t stop;
     while (start < end) {
         if (state != S_TRACEBACK && state != S_MESSAGE)
             return after_last_record(state, block, start, end, cap, found);
         Py_ssize_t line = search(block, start, end, state == S_TRACEBACK ? FRAMES : MESSAGE, cap);
         if (line < 0)
             return state;
-        if (!text_at(block, line, end, cap, &stop, &n))
-            return ABORT;
-        int before = state;
-        state = step(state, block + line, n);
-        if (before == S_TRACEBACK && state == S_MESSAGE && !found_add(found, line, stop))
-            return NO_MEMORY;
+        state = step_line(state, block, line, end, cap, &stop, found);
+        if (state < 0)
+            return state;
         start = stop + 1;
     }
     return state;
@@ -468,18 +478,14 @@ static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssiz
 static int walk_reading(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
                         Py_ssize_t cap, const Py_ssize_t *reads, Py_ssize_t n, Found *found) {
     for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t stop = reads[k], newline, len;
+        Py_ssize_t stop = reads[k], newline;
         const unsigned char *nl = memrchr(block + start, '\n', (size_t)(stop - 1 - start));
         Py_ssize_t line = nl == NULL ? start : nl - block + 1;
         state = walk(state, block, start, line, cap, found);
+        if (state >= 0)
+            state = step_line(state, block, line, stop, cap, &newline, found);
         if (state < 0)
             return state;
-        if (!text_at(block, line, stop, cap, &newline, &len))
-            return ABORT;
-        int before = state;
-        state = step(state, block + line, len);
-        if (before == S_TRACEBACK && state == S_MESSAGE && !found_add(found, line, newline))
-            return NO_MEMORY;
         start = stop;
     }
     return walk(state, block, start, end, cap, found);

@@ -167,14 +167,17 @@ def trim_separators(pattern: str) -> str:
     (a quantifier, a class, a group, an anchor) leaves the pattern as it is."""
     tokens = list(_tokens(pattern))
     n = len(tokens)
-    while n and (tokens[n - 1][0] in ("char", "escape")
-                 and tokens[n - 1][1][-1:] in _SEPARATORS
-                 and len(tokens[n - 1][1]) == (1 if tokens[n - 1][0] == "char" else 2)):
+    while n and _separator(*tokens[n - 1]):
         n -= 1
     if n == len(tokens) or not n or not (tokens[n - 1][0] == "char"
                                          and tokens[n - 1][1].isalnum()):
         return pattern
     return "".join(text for _, text in tokens[:n])
+
+
+def _separator(kind: str, text: str) -> bool:
+    """Whether a token is one separator character: bare (`:`) or escaped (`\\:`)."""
+    return (kind == "char" or (kind == "escape" and len(text) == 2)) and text[-1] in _SEPARATORS
 
 
 def line_prefix(pattern: str) -> str:

@@ -234,11 +234,11 @@ def _advance_reading(state: str, block: bytes, span: tuple[int, int], cap: int,
     for stop in reads:
         line = block.rfind(b"\n", start, stop - 1) + 1 or start
         state = advance(state, block, (start, line), cap, exceptions)
-        text = clean(block[line:min(stop - 1, line + cap)], cap)
+        newline, text = _line_at(block, line, stop, cap)
         before = state
         state, _ = step(before, text)
         if ends_frames(before, state):
-            exceptions.append((line, stop - 1, text))
+            exceptions.append((line, newline, text))
         start = stop
     return advance(state, block, (start, end), cap, exceptions)
 
