@@ -16,6 +16,7 @@ import os
 import random
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -295,18 +296,23 @@ def reading_py(state: str, block: bytes, start: int, end: int, cap: int, reads: 
         return tb._advance_reading(state, block, (start, end), cap, found, reads=reads), found
 
 
+def picks(block: bytes, rng: random.Random) -> Iterator[tuple[int, list[int], list[int]]]:
+    """A few random line starts of `block`, each with the ends of the lines after it and of
+    those among them that end in a traceback's header."""
+    ends = [i + 1 for i in range(len(block)) if block[i] == 10]
+    for start in rng.sample(line_starts(block), min(4, len(line_starts(block)))):
+        later = [e for e in ends if e > start]
+        yield start, later, [e for e in later if block[:e - 1].endswith(tb.HEADER.encode())]
+
+
 def reading_agrees(block: bytes, rng: random.Random, monkeypatch: pytest.MonkeyPatch,
                    caps: tuple[int, ...] = (8, 65536)) -> int:
     """From a few line starts, over random subsets of the later lines as reads (the header
     lines often among them), every state and cap: the C's answer, where it gives one, is the
     definition's. How many it gave."""
     assert linescan.advance is not None
-    starts = line_starts(block)
-    ends = [i + 1 for i in range(len(block)) if block[i] == 10]
     answered = 0
-    for start in rng.sample(starts, min(4, len(starts))):
-        later = [e for e in ends if e > start]
-        headers = [e for e in later if block[:e - 1].endswith(tb.HEADER.encode())]
+    for start, later, headers in picks(block, rng):
         for reads in ([], headers, sorted(rng.sample(later, rng.randint(0, len(later)))),
                       sorted({*headers, *rng.sample(later, min(2, len(later)))})):
             for state in tb.STATES:
@@ -322,24 +328,6 @@ def reading_agrees(block: bytes, rng: random.Random, monkeypatch: pytest.MonkeyP
                                              monkeypatch), (state, cap, reads,
                                                             block[start:][:400])
     return answered
-
-
-@needs_c
-@pytest.mark.parametrize("seed", range(150))
-def test_the_c_walk_reads_the_lines_it_is_given_as_python(
-        seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(seed)  # noqa: S311 - a reproducible soup, not a secret
-    assert reading_agrees(soup(rng, rng.randint(1, 14), WALK_PIECES, headers=0.3), rng,
-                          monkeypatch)
-
-
-@needs_c
-@pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
-                         ids=lambda p: p.name)
-def test_the_c_walk_reads_the_lines_it_is_given_on_every_stored_log(
-        log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    rng = random.Random(log.name)  # noqa: S311 - reproducible picks
-    assert sum(reading_agrees(window, rng, monkeypatch) for window in windows(log, 60))
 
 
 @needs_c
@@ -375,3 +363,105 @@ def test_the_walk_refuses_arguments_out_of_range(args: tuple[int, bytes, int, in
     assert linescan.advance is not None
     with pytest.raises(ValueError, match="advance"):
         linescan.advance(*args)
+
+
+# --- read_walk: the reader's walk that steps the lines it checks too ------------------------
+# rules/linereader.py hands the walk its checked lines (`checks`) besides the header-only ones
+# (`reads`); the C steps both where the walk stands and answers each checked line as
+# (start, text length, state before, state after, step's own-output answer), up to the first
+# checked line whose head is not plain ASCII. Its definition is tracebacks._read_walk (C off).
+
+def read_walk_py(state: str, block: bytes, start: int, cap: int, reads: list[int],
+                 checks: list[int], monkeypatch: pytest.MonkeyPatch
+                 ) -> tuple[str, list[tb.Stepped], list[tuple[int, int, str]]]:
+    found: list[tuple[int, int, str]] = []
+    with monkeypatch.context() as patched:
+        patched.setattr(linescan, "advance", None)
+        patched.setattr(linescan, "first_line", None)
+        after, steps = tb._read_walk(state, block, (start, len(block)), cap, found,
+                                     reads=reads, checks=checks)
+    return after, steps, found
+
+
+def read_walks_agree(block: bytes, rng: random.Random, monkeypatch: pytest.MonkeyPatch,
+                     caps: tuple[int, ...] = (8, 65536)) -> int:
+    """From a few line starts, over random splits of random subsets of the later lines into
+    reads and checks, every state and cap: the C's answer, where it gives one, is the
+    definition's, and it stops early only at a checked line that is not plain. How many
+    answers it gave."""
+    answered = 0
+    for start, later, headers in picks(block, rng):
+        for picked in (later, sorted({*headers, *rng.sample(later, rng.randint(0, len(later)))})):
+            checks = sorted(e for e in picked if rng.random() < 0.6)
+            reads = [e for e in picked if e not in checks]
+            for state in tb.STATES:
+                for cap in caps:
+                    found: list[tuple[int, int, str]] = []
+                    done = tb.read_walk(state, block, (start, len(block)), cap, found,
+                                        reads=reads, checks=checks)
+                    if done is None:
+                        assert not _plain(block, start, len(block)), (state, reads, checks)
+                        continue
+                    want = read_walk_py(state, block, start, cap, reads, checks, monkeypatch)
+                    assert (*done, found) == want, (state, cap, reads, checks, block[start:][:400])
+                    steps = done[1]
+                    if len(steps) < len(checks):
+                        stop = checks[len(steps)]
+                        line = block.rfind(b"\n", start, stop - 1) + 1 or start
+                        assert not tb._plain(block[line:min(stop - 1, line + cap)])
+                    answered += 1
+    return answered
+
+
+# Both walks that read lines on the way, each against its definition.
+AGREES = {"advance": reading_agrees, "read_walk": read_walks_agree}
+
+
+@needs_c
+@pytest.mark.parametrize("walk", AGREES)
+@pytest.mark.parametrize("seed", range(150))
+def test_the_c_walks_read_the_lines_they_are_given_as_python(
+        walk: str, seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(seed)  # noqa: S311 - a reproducible soup, not a secret
+    assert AGREES[walk](soup(rng, rng.randint(1, 14), WALK_PIECES, headers=0.3), rng,
+                        monkeypatch)
+
+
+@needs_c
+@pytest.mark.parametrize("walk", AGREES)
+@pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
+                         ids=lambda p: p.name)
+def test_the_c_walks_read_the_lines_they_are_given_on_every_stored_log(
+        walk: str, log: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(log.name)  # noqa: S311 - reproducible picks
+    assert sum(AGREES[walk](window, rng, monkeypatch) for window in windows(log, 60))
+
+
+@needs_c
+def test_the_reading_walk_answers_each_checked_line_and_stops_at_one_not_ascii() -> None:
+    block = (b"[2026-11-29 16:50:52] x\n" + tb.HEADER.encode() + b"\n"
+             b'  File "x.py", line 1\nValueError: boom\n- ImportError: y\nmore\n'
+             b"caf\xc3\xa9\nlast\n")
+    ends = [i + 1 for i in range(len(block)) if block[i] == 10]
+    found: list[tuple[int, int, str]] = []
+    # the header read; the exception line, the "- " item, "more" and "café" checked
+    done = tb.read_walk(tb.OTHER, block, (0, len(block)), 65536, found, reads=[ends[1]],
+                        checks=[ends[3], ends[4], ends[5], ends[6]])
+    at = block.index(b"ValueError")
+    item = block.index(b"- Import")
+    more = block.index(b"more")
+    assert done == (tb.MESSAGE, [(at, 16, tb.TRACEBACK, tb.MESSAGE, True),
+                                 (item, 16, tb.MESSAGE, tb.MESSAGE, True),
+                                 (more, 4, tb.MESSAGE, tb.MESSAGE, False)])
+    assert found == [(at, at + 16, "ValueError: boom")]
+
+
+@needs_c
+@pytest.mark.parametrize(("reads", "checks"), [([2], [2]), ([4], [6, 4]), ([], [3]),
+                                               ([], ["x"]), ([], 5)])
+def test_the_reading_walk_refuses_checks_out_of_order_off_a_line_end_or_also_read(
+        reads: object, checks: object) -> None:
+    assert linescan.read_walk is not None
+    block = b"a\nb\nc\n"
+    with pytest.raises((ValueError, TypeError)):
+        linescan.read_walk(0, block, 0, len(block), 8, reads, checks)

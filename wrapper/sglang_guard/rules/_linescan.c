@@ -1,5 +1,6 @@
 /* The traceback tracker's line search in C (rules/linescan.py is its Python face), its walk
-   over the lines nobody reads (`advance`), and rules/logline.quotes_closed.
+   over the lines nobody reads (`advance`), the reader's walk that steps its checked lines too
+   (`read_walk`), and rules/logline.quotes_closed.
 
    first_line(block, start, end, kind, cap) -> int: where the first line of block[start:end]
    (whole lines; block[end - 1] is a newline) that `kind` takes starts, or -1. Exactly what
@@ -346,13 +347,15 @@ static Py_ssize_t rstripped(const unsigned char *t, Py_ssize_t n) {
     return n;
 }
 
-/* rules/tracebacks.step's next state for the text t[0:n] (ASCII). */
-static int step(int state, const unsigned char *t, Py_ssize_t n) {
+/* rules/tracebacks.step for the text t[0:n] (ASCII): the next state, and in *own whether the
+   line is SGLang's own output to read (step's second answer). */
+static int step_own(int state, const unsigned char *t, Py_ssize_t n, int *own) {
     Py_ssize_t m = rstripped(t, n);
     Py_ssize_t h = (Py_ssize_t)(sizeof HEADER - 1);
     int header = m >= h && memcmp(t + m - h, HEADER, (size_t)h) == 0;
     int blank = m == 0;
     Py_ssize_t rec = record_end(t, n);
+    *own = 0;
     if (rec >= 0) {
         if (request_words(t, rec, n) && !closed(t, t + n))
             return S_REQUEST;
@@ -367,11 +370,21 @@ static int step(int state, const unsigned char *t, Py_ssize_t n) {
     if (state == S_TRACEBACK) {
         if (blank)
             return S_OTHER;
-        return exception_exact(t, n) ? S_MESSAGE : S_TRACEBACK;
+        *own = exception_exact(t, n);
+        return *own ? S_MESSAGE : S_TRACEBACK;
     }
-    if (state == S_MESSAGE)
+    if (state == S_MESSAGE) {
+        *own = !blank && n >= 2 && t[0] == '-' && t[1] == ' ';
         return blank ? S_OTHER : S_MESSAGE;
+    }
+    *own = !blank;
     return blank ? S_OTHER : state;
+}
+
+/* rules/tracebacks.step's next state for the text t[0:n] (ASCII). */
+static int step(int state, const unsigned char *t, Py_ssize_t n) {
+    int own;
+    return step_own(state, t, n, &own);
 }
 
 /* The line at `line` (tracebacks._line_at): its newline, and its text as t[0:*n] if cleaning
@@ -529,6 +542,26 @@ static int read_stops(PyObject *reads, const unsigned char *block, Py_ssize_t st
     return 1;
 }
 
+/* The exception lines of `found` as [(start, stop, text), ...] (each was read once: ASCII). */
+static PyObject *found_list(const unsigned char *block, Py_ssize_t end, Py_ssize_t cap,
+                            const Found *found) {
+    PyObject *list = PyList_New((Py_ssize_t)(found->n / 2));
+    if (list == NULL)
+        return NULL;
+    for (size_t k = 0; k < found->n; k += 2) {
+        Py_ssize_t line = found->at[k], stop = found->at[k + 1], n;
+        text_at(block, line, end, cap, &stop, &n);
+        PyObject *item = Py_BuildValue("(nnN)", line, stop,
+                                       PyUnicode_DecodeASCII((const char *)block + line, n, NULL));
+        if (item == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SetItem(list, (Py_ssize_t)(k / 2), item);
+    }
+    return list;
+}
+
 static PyObject *advance(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
@@ -562,26 +595,133 @@ static PyObject *advance(PyObject *self, PyObject *args) {
     }
     free(reads);
     PyObject *result = NULL, *list = NULL;
-    if (after == NO_MEMORY) {
+    if (after == NO_MEMORY)
         PyErr_NoMemory();
-    } else if (after == ABORT) {
+    else if (after == ABORT)
         result = Py_NewRef(Py_None);
-    } else if ((list = PyList_New((Py_ssize_t)(found.n / 2))) != NULL) {
-        for (size_t k = 0; k < found.n; k += 2) {
-            Py_ssize_t line = found.at[k], stop = found.at[k + 1], n;
-            text_at(block, line, end, cap, &stop, &n); /* it was read once: ASCII */
-            PyObject *item = Py_BuildValue("(nnN)", line, stop,
-                                           PyUnicode_DecodeASCII((const char *)block + line,
-                                                                 n, NULL));
+    else if ((list = found_list(block, end, cap, &found)) != NULL)
+        result = Py_BuildValue("(iN)", after, list);
+    free(found.at);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+/* ---- read_walk: the reader's walk that also steps the lines it checks ----------------------
+
+   read_walk(state, block, start, end, cap, reads, checks)
+       -> (state, [(start, stop, text), ...], [(line, n, before, after, own), ...]) | None
+
+   `advance` with `reads`, where the lines ending just before each offset of `checks` (ascending,
+   none also in `reads`) are stepped too, and each is answered as (its start, the length of its
+   text: its head less the trailing CRs, the states before and after it, and whether `step`
+   calls it SGLang's own output): rules/linereader.py then needs no Python to step a checked
+   line, only to ask its `keep`. A checked line whose head is not plain ASCII (or holds an ESC
+   or a NUL) is not stepped: the walk ends at its start, and the answer holds the steps before
+   it (fewer than `checks`) with the state there; the reader reads that line in Python and
+   calls again past it. None as `advance`: a line the walk or a read must step is not plain
+   ASCII (the caller walks in Python). tracebacks._read_walk is the definition. */
+
+typedef struct {
+    Py_ssize_t line, n;
+    int before, after, own;
+} Step;
+
+static PyObject *read_walk(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    Py_ssize_t start, end, cap;
+    int state;
+    PyObject *reads_arg, *checks_arg;
+    if (!PyArg_ParseTuple(args, "iy*nnnOO:read_walk", &state, &view, &start, &end, &cap,
+                          &reads_arg, &checks_arg))
+        return NULL;
+    if (state < S_UNKNOWN || state > S_MESSAGE || start < 0 || end > view.len || cap < 1
+        || (start < end && ((const unsigned char *)view.buf)[end - 1] != '\n')) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "read_walk: need a state 0-4, 0 <= start, end <= "
+                                          "len(block), block[end - 1] a newline, cap >= 1");
+        return NULL;
+    }
+    const unsigned char *block = (const unsigned char *)view.buf;
+    Py_ssize_t *reads = NULL, *checks = NULL, n_reads, n_checks;
+    Step *steps = NULL;
+    if (!read_stops(reads_arg, block, start, end, &reads, &n_reads)
+        || !read_stops(checks_arg, block, start, end, &checks, &n_checks)) {
+        free(reads);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (n_checks && (steps = malloc((size_t)n_checks * sizeof *steps)) == NULL) {
+        free(reads);
+        free(checks);
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    Found found = {NULL, 0, 0};
+    Py_ssize_t done = 0, r = 0, pos = start;
+    int after = state, twice = 0;
+    PyThreadState *saved = end - start >= RELEASE_GIL_AT ? PyEval_SaveThread() : NULL;
+    while (after >= 0 && (r < n_reads || done < n_checks)) {
+        int check = r == n_reads || (done < n_checks && checks[done] <= reads[r]);
+        Py_ssize_t stop = check ? checks[done] : reads[r], newline, n;
+        if (check && r < n_reads && checks[done] == reads[r]) {
+            twice = 1;
+            break;
+        }
+        const unsigned char *nl = memrchr(block + pos, '\n', (size_t)(stop - 1 - pos));
+        Py_ssize_t line = nl == NULL ? pos : nl - block + 1;
+        after = walk(after, block, pos, line, cap, &found);
+        if (after < 0)
+            break;
+        pos = line;
+        if (!check) {
+            after = step_line(after, block, line, stop, cap, &newline, &found);
+            r++;
+        } else {
+            if (!text_at(block, line, stop, cap, &newline, &n))
+                break; /* read in Python: the walk ends at its start */
+            Step *s = &steps[done++];
+            s->line = line;
+            s->n = n;
+            s->before = after;
+            s->after = after = step_own(after, block + line, n, &s->own);
+            if (s->before == S_TRACEBACK && after == S_MESSAGE && !found_add(&found, line, newline))
+                after = NO_MEMORY;
+        }
+        pos = stop;
+    }
+    if (after >= 0 && !twice && r == n_reads && done == n_checks)
+        after = walk(after, block, pos, end, cap, &found);
+    if (saved != NULL)
+        PyEval_RestoreThread(saved);
+    free(reads);
+    free(checks);
+    PyObject *result = NULL, *list = NULL, *stepped = NULL;
+    if (twice)
+        PyErr_SetString(PyExc_ValueError, "read_walk: an offset both in reads and in checks");
+    else if (after == NO_MEMORY)
+        PyErr_NoMemory();
+    else if (after == ABORT)
+        result = Py_NewRef(Py_None);
+    else if ((list = found_list(block, end, cap, &found)) != NULL
+             && (stepped = PyList_New(done)) != NULL) {
+        for (Py_ssize_t k = 0; k < done; k++) {
+            PyObject *item = Py_BuildValue("(nniiO)", steps[k].line, steps[k].n, steps[k].before,
+                                           steps[k].after, steps[k].own ? Py_True : Py_False);
             if (item == NULL) {
-                Py_CLEAR(list);
+                Py_CLEAR(stepped);
                 break;
             }
-            PyList_SetItem(list, (Py_ssize_t)(k / 2), item);
+            PyList_SetItem(stepped, k, item);
         }
-        if (list != NULL)
-            result = Py_BuildValue("(iN)", after, list);
+        if (stepped != NULL)
+            result = Py_BuildValue("(iNN)", after, list, stepped);
+        else
+            Py_DECREF(list);
+    } else {
+        Py_XDECREF(list);
     }
+    free(steps);
     free(found.at);
     PyBuffer_Release(&view);
     return result;
@@ -606,6 +746,10 @@ static PyMethodDef methods[] = {
      "advance(state, block, start, end, cap[, reads]) -> (state, [(start, stop, text)]) | None: "
      "rules/tracebacks.advance over block[start:end], reading the lines that end just before "
      "each of reads, or None where a line needs Python."},
+    {"read_walk", read_walk, METH_VARARGS,
+     "read_walk(state, block, start, end, cap, reads, checks) -> (state, [(start, stop, text)], "
+     "[(line, n, before, after, own)]) | None: advance that also steps the checked lines, up to "
+     "the first whose head is not plain ASCII."},
     {"first_line", first_line, METH_VARARGS,
      "first_line(block, start, end, kind, cap) -> int: the first line of block[start:end] that "
      "kind (0 frames, 1 message, 2 blank) takes, or -1."},

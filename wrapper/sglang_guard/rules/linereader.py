@@ -8,7 +8,9 @@ ESC or NUL byte (found by memchr), are cleaned (rules/logline.clean), stepped th
 traceback tracker (rules/tracebacks.step) and checked by `keep` (the exact per-line
 matcher); between them the tracker's state moves over the unread lines at C speed
 (rules/tracebacks.advance), and the exception line that ends a traceback is read wherever
-it is. A hit costs the lines it is in, not the chunk.
+it is. Where the C is built, one walk per chunk (rules/tracebacks.read_walk) also steps the
+checked lines whose head is plain ASCII, so that Python only cuts their text and asks `keep`.
+A hit costs the lines it is in, not the chunk.
 
 The last exception line that ended a traceback is kept (`last_exception`, with a ticket
 that orders it against another stream's reader); it is returned as a line only when `keep`
@@ -26,6 +28,7 @@ they decide what it decides.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -157,6 +160,9 @@ class LineReader:
         # A line only a header hit is read on the walk to the next checked line (in C: a chunk
         # of many tracebacks costs one call), unless every read line is returned (no `keep`).
         batch = self._keep is not None
+        if self._keep is not None:  # in C, the checked lines stepped on that walk too
+            pos = self._walk(chunk, (pos, last + 1), [e for e in ends if e > pos],
+                             checked=checked, hits=hits, dirty=dirty, keep=self._keep, out=out)
         reads: list[int] = []
         for end in ends:
             if end <= pos:
@@ -173,6 +179,47 @@ class LineReader:
                        by=hits.by)
             pos = end
         self._skip(chunk, pos, last + 1, out, reads)
+
+    def _walk(self, chunk: bytes, span: tuple[int, int], ends: list[int], *,
+              checked: set[int], hits: Hits, dirty: set[int], keep: Callable[[Line], bool],
+              out: list[Line]) -> int:
+        """Read `chunk[pos:end]` (`span`) on one walk in C (tracebacks.read_walk): the lines
+        ending just before `ends` (ascending) are stepped on it, the `checked` ones then
+        asked of `keep` (all `keep` is left to do); a checked line C does not step (not
+        plain ASCII) is read here and the walk goes on past it. Where the lines read so far
+        end: `end`, or less where C could not walk (the caller's loop reads the rest)."""
+        pos, last_end = span
+        rules = hits.rules
+        checks = [e for e in ends if e in checked]
+        reads = [e for e in ends if e not in checked]
+        while checks or reads:
+            found: list[tuple[int, int, str]] = []
+            done = tracebacks.read_walk(self.state, chunk, (pos, last_end), self._cap, found,
+                                        reads=reads, checks=checks)
+            if done is None:
+                return pos
+            self.state, steps = done
+            if found:  # only the last one counts (no rule reads the unchecked ones)
+                self._exception(found[-1][2])
+            for (line, size, before, after, own), end in zip(steps, checks, strict=False):
+                maybe = None if rules is None or end in dirty else rules.get(end, ())
+                taken = Line(chunk[line:line + size].decode("ascii"), end - 1 - line, own,
+                             tracebacks.ends_frames(before, after), maybe,
+                             None if maybe is None else hits.by)
+                if keep(taken):
+                    out.append(taken)
+            if len(steps) == len(checks):
+                return last_end
+            end = checks[len(steps)]  # not plain ASCII: read here, then walk on past it
+            start = chunk.rfind(b"\n", pos, end - 1) + 1 or pos
+            self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out,
+                       maybe=None if rules is None or end in dirty else rules.get(end, ()),
+                       by=hits.by)
+            pos = end
+            checks = checks[len(steps) + 1:]
+            reads = reads[bisect.bisect_right(reads, end):]
+        self._skip(chunk, pos, last_end, out)
+        return last_end
 
     # -- pieces ------------------------------------------------------------------------------
 

@@ -17,6 +17,11 @@ is not plain ASCII (then the caller walks in Python). It took the line reading o
 pass-through bench's mixes from 0.049 to 0.035 CPU s per million lines (log mix) and 0.091 to
 0.062 (near-miss) here (bench/README.md, "The log path, seventh round").
 
+`read_walk(state, block, start, end, cap, reads, checks)`: `advance` that also steps the
+lines ending just before each offset of `checks`, the lines the reader checks, and answers
+each as `(line, n, before, after, own)` (tracebacks.read_walk), up to the first whose head is
+not plain ASCII; the reader then asks only `keep` of them in Python.
+
 The module also answers rules/logline.quotes_closed (`quotes_closed`), the request records'
 quote check. `compiled` says whether it is there. Without it (no C compiler at install, a
 platform it was not built for, SGLANG_GUARD_PURE=1) the tracker keeps its regexes and
@@ -34,6 +39,9 @@ FRAMES, MESSAGE, BLANK = 0, 1, 2
 Search = Callable[[bytes, int, int, int, int], int]
 Advance = Callable[[int, bytes, int, int, int, Sequence[int]],
                    "tuple[int, list[tuple[int, int, str]]] | None"]
+ReadWalk = Callable[[int, bytes, int, int, int, Sequence[int], Sequence[int]],
+                    "tuple[int, list[tuple[int, int, str]], list[tuple[int, int, int, int, bool]]]"
+                    " | None"]
 
 
 def _load() -> ModuleType | None:
@@ -50,6 +58,7 @@ _module = _load()
 compiled = _module is not None
 first_line: Search | None = None if _module is None else _module.first_line
 advance: Advance | None = None if _module is None else _module.advance
+read_walk: ReadWalk | None = None if _module is None else _module.read_walk
 # rules/logline.quotes_closed in C (a str with a lone surrogate raises UnicodeEncodeError:
 # read it in Python).
 quotes_closed: Callable[[str], bool] | None = None if _module is None else _module.quotes_closed

@@ -243,6 +243,60 @@ def _advance_reading(state: str, block: bytes, span: tuple[int, int], cap: int,
     return advance(state, block, (start, end), cap, exceptions)
 
 
+# A checked line the walk stepped (`read_walk`): its start, its text's length (the text is
+# block[line:line + size], ASCII), the states before and after it, and `step`'s second answer.
+Stepped = tuple[int, int, str, str, bool]
+
+
+def read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
+              exceptions: list[tuple[int, int, str]], *, reads: Sequence[int],
+              checks: Sequence[int]) -> tuple[str, list[Stepped]] | None:
+    """`advance` with `reads`, that also steps each line ending just before an offset of
+    `checks` (ascending, none in `reads`: the lines the reader checks) and answers it as a
+    `Stepped`, in C (rules/_linescan.c; `_read_walk` is the definition). A checked line whose
+    head is not plain ASCII (or holds an ESC or a NUL) ends the walk at its start: fewer
+    steps than `checks`, and the state there (the reader reads that line itself). None: no
+    C here, or a line the walk must step is not plain ASCII (walk it in Python)."""
+    walk = linescan.read_walk
+    if walk is None:
+        return None
+    done = walk(_STATE_NUMBER[state], block, span[0], span[1], cap, reads, checks)
+    if done is None:
+        return None
+    after, found, steps = done
+    exceptions += found
+    return STATES[after], [(line, size, STATES[before], STATES[then], own)
+                           for line, size, before, then, own in steps]
+
+
+def _plain(head: bytes) -> bool:
+    """Whether cleaning a line whose head is `head` is taking the head (less trailing CRs)."""
+    return head.isascii() and b"\x1b" not in head and b"\x00" not in head
+
+
+def _read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
+               exceptions: list[tuple[int, int, str]], *, reads: Sequence[int],
+               checks: Sequence[int]) -> tuple[str, list[Stepped]]:
+    """`read_walk` in Python: its definition (where the C answers at all)."""
+    start, end = span
+    steps: list[Stepped] = []
+    wanted = set(checks)
+    for stop in sorted([*reads, *checks]):
+        line = block.rfind(b"\n", start, stop - 1) + 1 or start
+        state = advance(state, block, (start, line), cap, exceptions)
+        if stop in wanted and not _plain(block[line:min(stop - 1, line + cap)]):
+            return state, steps
+        newline, text = _line_at(block, line, stop, cap)
+        before = state
+        state, own = step(before, text)
+        if ends_frames(before, state):
+            exceptions.append((line, newline, text))
+        if stop in wanted:
+            steps.append((line, len(text), before, state, own))
+        start = stop
+    return advance(state, block, (start, end), cap, exceptions), steps
+
+
 def _advance(state: str, block: bytes, span: tuple[int, int], cap: int,
              exceptions: list[tuple[int, int, str]]) -> str:
     """`advance` in Python: its definition, which rules/_linescan.c's answers equal."""
