@@ -12,6 +12,7 @@ import os
 import random
 import select
 import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -275,3 +276,28 @@ def test_a_flood_wakes_the_loop_once_per_stream_per_period_with_the_newest_tail(
     finally:
         sup._timers.close()
         sup._jobs.close()
+
+
+def test_every_pipe_thread_rehearses_the_fatal_path_and_a_failing_rehearsal_stops_no_pump(
+        tmp_path: Path, server: HealthServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each reader and scanner runs the rehearsal on itself before its first chunk
+    (`Supervisor._warm_pump`); one that raises leaves the thread reading: the fatal line is
+    still acted on and the next launch reaches ready."""
+    threads: list[str] = []
+
+    def rehearse(env: machine.Env, cl: object) -> None:
+        threads.append(threading.current_thread().name)
+        raise RuntimeError("rehearsal broke")
+
+    monkeypatch.setattr(supervisor.machine, "rehearse", rehearse)
+    launcher = Launcher(tmp_path, [
+        [["print", "stderr", FA3_LINE], ["exit", 1]],
+        ready_then_wait(),
+    ])
+    rt = make_runtime(tmp_path, launcher)
+    argv = base_argv(server.port, "--attention-backend", "fa3")
+    assert supervise(rt, argv, terminate_when(tmp_path / "state", "ready")) == EXIT_OK
+    assert launcher.argvs() == [argv, base_argv(server.port)]
+    assert {f"child-{gen}-{stream}-{role}" for gen in (1, 2) for stream in ("stdout", "stderr")
+            for role in ("reader", "scanner")} <= set(threads)
+

@@ -1,4 +1,5 @@
-"""`machine.rehearse`: a throwaway launch through a crash banner and a fatal line.
+"""`machine.rehearse` (a throwaway launch through a crash banner and a fatal line) and the
+pipes' reading rehearsal (`supervisor.rehearse_reading`).
 
 It warms the line path (timed by bench/compare/flood.py, never here) and must change nothing
 a real launch decides: the same lines after it get the same fix, and the state it used is
@@ -9,14 +10,18 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from sglang_guard.preflight.shell.inputs import read_command_line
 from sglang_guard.rules import rules as rules_module
+from sglang_guard.rules.linereader import Line
 from sglang_guard.rules.rules import Matcher, load_default_packs
 from sglang_guard.sglang.releases import load_option_table
 from sglang_guard.supervise import machine
 from sglang_guard.supervise.actions import Stop
 from sglang_guard.supervise.events import ChildLine
 from sglang_guard.supervise.replay import env_for
+from sglang_guard.supervise.shell import supervisor
 
 OPTIONS = load_option_table()
 CRASH = "[2026-01-01 00:00:00] Scheduler hit an exception: Traceback (most recent call last):"
@@ -55,8 +60,8 @@ def test_rehearsal_runs_the_line_path_and_keeps_nothing_but_caches() -> None:
     assert (env, cl) == before
     # Its lines went through the matcher (their answers are cached), and the fatal one is a
     # fix of the default pack: the fix path ran, not only the scan.
-    assert matcher.candidates(machine._REHEARSAL_LINES[0], True)
-    found = matcher.candidates(machine._REHEARSAL_LINES[1], True)
+    assert matcher.candidates(machine.REHEARSAL_LINES[0], True)
+    found = matcher.candidates(machine.REHEARSAL_LINES[1], True)
     assert [r.id for r in found] == ["hpc-ops-mla-model"]
 
 
@@ -82,3 +87,24 @@ def test_rehearsal_parses_every_rule_range_against_the_release() -> None:
     assert rules_module._version_in.cache_info().currsize == 0
     machine.rehearse(env_for(matcher, OPTIONS, sglang_version="0.5.23"), cl)
     assert rules_module._version_in.cache_info().currsize == len(ranges)
+
+
+def test_the_reading_rehearsal_reads_the_fatal_line_as_a_pump_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rehearse_reading` takes its chunk through the scan, the line reading and `keeps`, in
+    both phases: the crash banner (a catch-all of both) reaches `keeps` each time, the fatal
+    line (a start-phase rule's) while starting, the frame never."""
+    kept: list[str] = []
+    keeps = supervisor.keeps
+
+    def recording(matcher: Matcher, line: Line) -> bool:
+        kept.append(line.text)
+        return keeps(matcher, line)
+
+    monkeypatch.setattr(supervisor, "keeps", recording)
+    matcher = Matcher(load_default_packs())
+    matcher.prepare_scan()
+    supervisor.rehearse_reading(matcher)
+    banner, fatal = machine.REHEARSAL_LINES
+    assert kept == [banner, fatal, banner]
+    supervisor.rehearse_reading(Matcher(()))  # an empty pack: nothing to read, no error

@@ -224,7 +224,7 @@ def start(state: State, env: Env) -> tuple[State, list[Action]]:
 # settle window) and the fatal line of a drop_flag rule of the default pack, on a command
 # line that gives it something to drop. Neither is the child's: the state is thrown away.
 _REHEARSAL_FLAG = ("--attention-backend", "hpc_ops")
-_REHEARSAL_LINES = (
+REHEARSAL_LINES = (
     "[2026-01-01 00:00:00] Scheduler hit an exception: Traceback (most recent call last):",
     "ValueError: hpc_ops backend can only be used with non-MLA models.",
 )
@@ -237,15 +237,18 @@ def rehearse(env: Env, cl: CommandLine) -> None:
     (the rule scan's and each regex's first match, the interpreter's first runs of the fix
     path): ~0.5 ms of the ~3 ms from the child's write to its SIGTERM, measured on the idle
     reaction (bench/README.md, "Reaction, fifth round"), on what is usually a launch's only
-    fatal line. Pure: `env` keeps only what its matcher caches; nothing is carried out."""
+    fatal line. Pure: `env` keeps only what its matcher caches; nothing is carried out. The
+    pipes' threads run it too, each on itself (supervise/shell/supervisor.py, `_warm_pump`)."""
     try:
         trial = parse_command_line((*cl.argv, *_REHEARSAL_FLAG), env.options, cl.yaml_data)
     except GuardError:  # a table without the flag: the line path still runs, with no fix
         trial = cl
     warm_ranges(env.matcher.rules, env.sglang_version)  # every rule's, not only the trial's
     state, _ = start(State(cl=trial), env)
-    for i, text in enumerate(_REHEARSAL_LINES):
-        line = ChildLine(state.gen, "stderr", text, len(text), True, i == len(_REHEARSAL_LINES) - 1)
+    lines = [ChildLine(state.gen, "stderr", text, len(text), True, i == len(REHEARSAL_LINES) - 1)
+             for i, text in enumerate(REHEARSAL_LINES)]
+    stops_at(state, env, lines)  # the early stop's question, which a pipe's reader asks
+    for line in lines:
         state, _ = step(state, line, env, 0.0, 0.5)
 
 

@@ -36,8 +36,8 @@ from sglang_guard.common.shell import stderrgate
 from sglang_guard.common.shell.files import write_private
 from sglang_guard.common.shell.logsetup import get_logger
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
-from sglang_guard.rules.linereader import Find, Hits, Line
-from sglang_guard.rules.logline import clean
+from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
+from sglang_guard.rules.logline import LINE_CAP, clean
 from sglang_guard.rules.stages import READY_LINE
 from sglang_guard.sglang.argv import CommandLine
 from sglang_guard.sglang.redact import redact_text
@@ -221,6 +221,24 @@ class Supervisor:
         self._terminate_first(actions)  # before the listeners: SIGTERM is the race
         self._stepped(actions)
         return self._act(actions)
+
+    def _warm_pump(self) -> None:
+        """Each pipe thread's first act (Child.spawn's `warm`): its Hyperscan scratch
+        (Matcher.warm_thread), then a fatal line's whole way on this thread, on throwaway
+        state: read as a pump reads a chunk (`rehearse_reading`), then decided, the early
+        stop's question included (machine.rehearse). On a quiet stream the first fatal line
+        is read, decided and stopped on by its reader thread, and what that way touches
+        first on a thread (its stacks, its malloc arena: ~200 page faults on the idle
+        reaction, each slow on a VM that hands free pages back to its host) was otherwise
+        paid then (bench/README.md, "The log path, ninth round, and reaction, eighth
+        round"). A failure here is no pump's: the thread reads on, unwarmed."""
+        env = self.rt.env
+        env.matcher.warm_thread()
+        try:
+            rehearse_reading(env.matcher)
+            machine.rehearse(env, self.state.cl)
+        except Exception:  # a warm-up never stops a pump
+            return
 
     def _stops_at(self, lines: Sequence[ChildLine]) -> bool:
         """A reader asks, with the loop caught up: do these lines stop the child?"""
@@ -483,7 +501,7 @@ class Supervisor:
                                  env=env, find=self._scan(), keep=self._keep,
                                  on_chunk=self._chunk_watcher(action.gen),
                                  on_stage=self._stage_sink(action.gen),
-                                 warm=self.rt.env.matcher.warm_thread,
+                                 warm=self._warm_pump,
                                  stops_at=self._stops_at)
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
@@ -684,6 +702,19 @@ def run_supervisor(rt: Runtime, cl: CommandLine, journal: JournalFile | None) ->
     finally:
         if journal is not None:
             journal.close()
+
+
+def rehearse_reading(matcher: Matcher) -> None:
+    """Read the rehearsal's crash banner, a frame and its fatal line (machine.REHEARSAL_LINES)
+    as one chunk, the way a pump reads a quiet stream's chunk (the scan, the line reading,
+    `keeps`), in both phases, on a throwaway reader. Nothing is kept but what the matcher
+    caches."""
+    banner, fatal = machine.REHEARSAL_LINES
+    chunk = f'{banner}\n  File "scheduler.py", line 1, in run\n{fatal}\n'.encode()
+    for starting in (True, False):
+        reader = LineReader(LINE_CAP, functools.partial(matcher.line_scan, starting=starting),
+                            functools.partial(keeps, matcher))
+        reader.feed(chunk, reader.scan(chunk))
 
 
 def keeps(matcher: Matcher, line: Line) -> bool:
