@@ -176,7 +176,11 @@ def guard(tmp_path: Path) -> Iterator[Guard]:
 
 @pytest.fixture
 def start_guard(tmp_path: Path) -> Iterator[type[GuardRun]]:
-    """Start guards with `start_guard(tmp, config, argv, state)`; killed at the end if left."""
+    """Start guards with `start_guard(tmp, config, argv, state)`; killed at the end if left.
+
+    Each guard's last stderr lines are printed at teardown: pytest shows them under a failed
+    test only, and they go with the test's tmp dir otherwise (a guard that never got ready
+    says why there)."""
     runs: list[GuardRun] = []
 
     class Tracked(GuardRun):
@@ -185,6 +189,12 @@ def start_guard(tmp_path: Path) -> Iterator[type[GuardRun]]:
             runs.append(self)
 
     yield Tracked
-    for run in runs:
+    for n, run in enumerate(runs):
         run.kill()
+        with contextlib.suppress(OSError):
+            tail = run.stderr_path.read_text(errors="replace").splitlines()[-STDERR_TAIL:]
+            print(f"--- guard {n + 1}'s stderr, last {len(tail)} lines ---", *tail, sep="\n")
+
+
+STDERR_TAIL = 40  # lines of each guard's stderr a failed test shows
 
