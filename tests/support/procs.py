@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
+import random
 import select
 import socket
 import time
@@ -15,11 +17,33 @@ import psutil
 
 from sglang_guard.supervise.shell.proctree import find_orphans
 
+# Ports are picked below the kernel's ephemeral range (32768-60999 here), which it hands to
+# every outgoing connection: a port picked there (bind to 0) can become SGLang's own
+# connection to its TCP store in the ~10 s before its HTTP server binds it, as it did once in
+# CI ("[Errno 98] error while attempting to bind ... address already in use" on the test's
+# free-picked --port). 12000-21999: below that range, apart from the guard's own picks for a
+# free_port fix (supervise/shell/ports.py, 22000-29999) and from the default ports no test
+# may bind (9488, 9489, 30000).
+_TEST_PORTS = range(12000, 22000)
+_PICK_ATTEMPTS = 64
+_handed: collections.deque[int] = collections.deque(maxlen=256)  # not handed out twice soon
+
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port the kernel says is free now (another process may take it later)."""
+    """A port free now on `host` (TIME_WAIT counted as busy), below the kernel's ephemeral
+    range where one is; another process may still take it later."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
+    for port in random.sample(_TEST_PORTS, _PICK_ATTEMPTS):
+        if port in _handed:
+            continue
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _handed.append(port)
+        return port
+    with socket.socket(family, socket.SOCK_STREAM) as sock:  # that range is full: the kernel's
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
 
