@@ -455,14 +455,14 @@ static int after_last_record(int state, const unsigned char *block, Py_ssize_t s
     return state;
 }
 
-/* Step the line at `line` (its newline before `end`, put in *stop); an exception line that
-   ends a traceback's frames goes into `found`. The state after it, ABORT or NO_MEMORY. */
+/* Step the line at `line` (its newline before `end`, put in *stop; its text's length in *n,
+   step's own-output answer in *own); an exception line that ends a traceback's frames goes
+   into `found`. The state after it, ABORT (the line is not plain ASCII) or NO_MEMORY. */
 static int step_line(int state, const unsigned char *block, Py_ssize_t line, Py_ssize_t end,
-                     Py_ssize_t cap, Py_ssize_t *stop, Found *found) {
-    Py_ssize_t n;
-    if (!text_at(block, line, end, cap, stop, &n))
+                     Py_ssize_t cap, Py_ssize_t *stop, Py_ssize_t *n, int *own, Found *found) {
+    if (!text_at(block, line, end, cap, stop, n))
         return ABORT;
-    int after = step(state, block + line, n);
+    int after = step_own(state, block + line, *n, own);
     if (state == S_TRACEBACK && after == S_MESSAGE && !found_add(found, line, *stop))
         return NO_MEMORY;
     return after;
@@ -471,14 +471,15 @@ static int step_line(int state, const unsigned char *block, Py_ssize_t line, Py_
 /* tracebacks._advance */
 static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
                 Py_ssize_t cap, Found *found) {
-    Py_ssize_t stop;
+    Py_ssize_t stop, n;
+    int own;
     while (start < end) {
         if (state != S_TRACEBACK && state != S_MESSAGE)
             return after_last_record(state, block, start, end, cap, found);
         Py_ssize_t line = search(block, start, end, state == S_TRACEBACK ? FRAMES : MESSAGE, cap);
         if (line < 0)
             return state;
-        state = step_line(state, block, line, end, cap, &stop, found);
+        state = step_line(state, block, line, end, cap, &stop, &n, &own, found);
         if (state < 0)
             return state;
         start = stop + 1;
@@ -491,12 +492,13 @@ static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssiz
 static int walk_reading(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
                         Py_ssize_t cap, const Py_ssize_t *reads, Py_ssize_t n, Found *found) {
     for (Py_ssize_t k = 0; k < n; k++) {
-        Py_ssize_t stop = reads[k], newline;
+        Py_ssize_t stop = reads[k], newline, len;
+        int own;
         const unsigned char *nl = memrchr(block + start, '\n', (size_t)(stop - 1 - start));
         Py_ssize_t line = nl == NULL ? start : nl - block + 1;
         state = walk(state, block, start, line, cap, found);
         if (state >= 0)
-            state = step_line(state, block, line, stop, cap, &newline, found);
+            state = step_line(state, block, line, stop, cap, &newline, &len, &own, found);
         if (state < 0)
             return state;
         start = stop;
@@ -562,6 +564,19 @@ static PyObject *found_list(const unsigned char *block, Py_ssize_t end, Py_ssize
     return list;
 }
 
+/* Whether the arguments `advance` and `read_walk` (`name`) share hold; if not, the
+   ValueError is set and `view` released. */
+static int span_ok(const char *name, int state, Py_buffer *view, Py_ssize_t start,
+                   Py_ssize_t end, Py_ssize_t cap) {
+    if (state >= S_UNKNOWN && state <= S_MESSAGE && start >= 0 && end <= view->len && cap >= 1
+        && (start >= end || ((const unsigned char *)view->buf)[end - 1] == '\n'))
+        return 1;
+    PyBuffer_Release(view);
+    PyErr_Format(PyExc_ValueError, "%s: need a state 0-4, 0 <= start, end <= len(block), "
+                                   "block[end - 1] a newline, cap >= 1", name);
+    return 0;
+}
+
 static PyObject *advance(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
@@ -571,13 +586,8 @@ static PyObject *advance(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iy*nnn|O:advance", &state, &view, &start, &end, &cap,
                           &reads_arg))
         return NULL;
-    if (state < S_UNKNOWN || state > S_MESSAGE || start < 0 || end > view.len || cap < 1
-        || (start < end && ((const unsigned char *)view.buf)[end - 1] != '\n')) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "advance: need a state 0-4, 0 <= start, end <= "
-                                          "len(block), block[end - 1] a newline, cap >= 1");
+    if (!span_ok("advance", state, &view, start, end, cap))
         return NULL;
-    }
     const unsigned char *block = (const unsigned char *)view.buf;
     Py_ssize_t *reads, n_reads;
     if (!read_stops(reads_arg, block, start, end, &reads, &n_reads)) {
@@ -635,13 +645,8 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "iy*nnnOO:read_walk", &state, &view, &start, &end, &cap,
                           &reads_arg, &checks_arg))
         return NULL;
-    if (state < S_UNKNOWN || state > S_MESSAGE || start < 0 || end > view.len || cap < 1
-        || (start < end && ((const unsigned char *)view.buf)[end - 1] != '\n')) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "read_walk: need a state 0-4, 0 <= start, end <= "
-                                          "len(block), block[end - 1] a newline, cap >= 1");
+    if (!span_ok("read_walk", state, &view, start, end, cap))
         return NULL;
-    }
     const unsigned char *block = (const unsigned char *)view.buf;
     Py_ssize_t *reads = NULL, *checks = NULL, n_reads, n_checks;
     Step *steps = NULL;
@@ -674,20 +679,16 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
         if (after < 0)
             break;
         pos = line;
-        if (!check) {
-            after = step_line(after, block, line, stop, cap, &newline, &found);
-            r++;
-        } else {
-            if (!text_at(block, line, stop, cap, &newline, &n))
-                break; /* read in Python: the walk ends at its start */
-            Step *s = &steps[done++];
-            s->line = line;
-            s->n = n;
-            s->before = after;
-            s->after = after = step_own(after, block + line, n, &s->own);
-            if (s->before == S_TRACEBACK && after == S_MESSAGE && !found_add(&found, line, newline))
-                after = NO_MEMORY;
+        int before = after, own;
+        after = step_line(after, block, line, stop, cap, &newline, &n, &own, &found);
+        if (check && after == ABORT) {
+            after = before; /* read in Python: the walk ends at its start */
+            break;
         }
+        if (check && after >= 0)
+            steps[done++] = (Step){line, n, before, after, own};
+        else if (!check)
+            r++;
         pos = stop;
     }
     if (after >= 0 && !twice && r == n_reads && done == n_checks)

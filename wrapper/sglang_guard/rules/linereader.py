@@ -139,7 +139,6 @@ class LineReader:
         dirty = _dirty(chunk, last)
         checked = {e for e in hits.lines if e <= last + 1} | dirty
         ends = sorted(checked.union(e for e in hits.headers if e <= last + 1))
-        rules = hits.rules
         first = chunk.find(b"\n")
         pos = 0
         if self._head or self._length:
@@ -174,9 +173,7 @@ class LineReader:
             self._skip(chunk, pos, start, out, reads)
             reads = []
             self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out,
-                       end in checked,
-                       maybe=None if rules is None or end in dirty else rules.get(end, ()),
-                       by=hits.by)
+                       end in checked, maybe=_maybe(hits, dirty, end), by=hits.by)
             pos = end
         self._skip(chunk, pos, last + 1, out, reads)
 
@@ -189,7 +186,6 @@ class LineReader:
         plain ASCII) is read here and the walk goes on past it. Where the lines read so far
         end: `end`, or less where C could not walk (the caller's loop reads the rest)."""
         pos, last_end = span
-        rules = hits.rules
         checks = [e for e in ends if e in checked]
         reads = [e for e in ends if e not in checked]
         while checks or reads:
@@ -202,7 +198,7 @@ class LineReader:
             if found:  # only the last one counts (no rule reads the unchecked ones)
                 self._exception(found[-1][2])
             for (line, size, before, after, own), end in zip(steps, checks, strict=False):
-                maybe = None if rules is None or end in dirty else rules.get(end, ())
+                maybe = _maybe(hits, dirty, end)
                 taken = Line(chunk[line:line + size].decode("ascii"), end - 1 - line, own,
                              tracebacks.ends_frames(before, after), maybe,
                              None if maybe is None else hits.by)
@@ -213,8 +209,7 @@ class LineReader:
             end = checks[len(steps)]  # not plain ASCII: read here, then walk on past it
             start = chunk.rfind(b"\n", pos, end - 1) + 1 or pos
             self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out,
-                       maybe=None if rules is None or end in dirty else rules.get(end, ()),
-                       by=hits.by)
+                       maybe=_maybe(hits, dirty, end), by=hits.by)
             pos = end
             checks = checks[len(steps) + 1:]
             reads = reads[bisect.bisect_right(reads, end):]
@@ -282,6 +277,13 @@ class LineReader:
             self._exception(found[-1][2])
         if self._keep is None:
             out += [Line(text, stop - at, True, True) for at, stop, text in found]
+
+
+def _maybe(hits: Hits, dirty: set[int], end: int) -> Collection[int] | None:
+    """The rules the scan says might match in the line ending before `end` (Line.maybe); None
+    where not known: no per-line answer, or the line has an ESC or NUL (its cleaned text is
+    not what the scan read)."""
+    return None if hits.rules is None or end in dirty else hits.rules.get(end, ())
 
 
 def _dirty(block: bytes, end: int) -> set[int]:
