@@ -110,7 +110,7 @@ def test_a_100_mb_line_passes_whole_and_is_matched_on_its_head(spawn, events):
 
 def test_a_long_line_keeps_its_head_and_the_next_line_is_whole(spawn, events):
     out = io.BytesIO()
-    spawn(
+    child = spawn(
         ["fill", "stdout", 5000, "a"],
         ["hex", "stdout", "0a"],
         ["print", "stdout", "next"],
@@ -119,14 +119,16 @@ def test_a_long_line_keeps_its_head_and_the_next_line_is_whole(spawn, events):
     )
     lines, _ = collect(events)
     assert [(line.text, line.length) for line in lines] == [("a" * 100, 5000), ("next", 4)]
+    assert child.join(20)  # ChildExited may come before the writer wrote the last chunk
     assert out.getvalue() == b"a" * 5000 + b"\nnext\n"
 
 
 def test_text_is_cleaned_but_the_bytes_pass_through_unchanged(spawn, events):
     raw = b"\x1b[31mERROR\x1b[0m: bad \xff\xfe byte\x00 here\r\n"
     out = io.BytesIO()
-    spawn(["hex", "stdout", raw.hex()], stdout_sink=out)
+    child = spawn(["hex", "stdout", raw.hex()], stdout_sink=out)
     lines, _ = collect(events)
+    assert child.join(20)
     assert [(line.text, line.length) for line in lines] == [
         ("ERROR: bad \ufffd\ufffd byte here", len(raw) - 1)
     ]
