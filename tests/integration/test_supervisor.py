@@ -211,7 +211,11 @@ class _ChildGoneWhenJournaled(Quiet):
 
     def record(self, event: JournalEvent) -> None:
         if isinstance(event, LogFix) and self.sup is not None and self.sup.child is not None:
-            fd = os.pidfd_open(self.sup.child.pid)
+            try:
+                fd = os.pidfd_open(self.sup.child.pid)
+            except ProcessLookupError:  # gone and reaped already: the SIGTERM went out first
+                self.gone.append(True)
+                return
             try:
                 poller = select.poll()
                 poller.register(fd, select.POLLIN)
