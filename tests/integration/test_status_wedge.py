@@ -105,8 +105,17 @@ def test_idle_connections_and_a_slowloris_leave_livez_and_the_loop_working(
             for _ in range(IDLE):
                 idle.append(socket.create_connection(("127.0.0.1", port), timeout=10))
             guard = psutil.Process(proc.pid)
-            fds = guard.num_fds()
-            threads = guard.num_threads()
+            cap = connection_cap(nofile)
+
+            def within_cap() -> bool:
+                # An evicted connection's thread ends at once and closes its socket, but on
+                # a loaded host the last few evicted may still be winding down when the
+                # burst ends: counted once they are gone (bounded: the asserts below fail).
+                return guard.num_fds() <= cap + 24 and guard.num_threads() < cap + 18
+
+            with contextlib.suppress(AssertionError):
+                wait_for(within_cap, timeout=10, what="the port back within its cap")
+            fds, threads = guard.num_fds(), guard.num_threads()
             took = []
             for _ in range(20):
                 status, seconds = timed_get(port, "/livez")
@@ -120,7 +129,6 @@ def test_idle_connections_and_a_slowloris_leave_livez_and_the_loop_working(
             # Answered at all, each within the client's timeout (on a wedged port the request
             # times out): the figures printed above are the measure, not an assertion.
             assert head_status == 503  # not ready yet: HEAD answers like GET, no body
-            cap = connection_cap(nofile)
             assert fds <= cap + 24  # the port keeps to its cap (the rest: the guard's own)
             # One thread per kept connection; the rest are the guard's own, up to 18: the loop,
             # a reader, a scanner (issue 24's log path) and a writer per pipe, the watcher, the
