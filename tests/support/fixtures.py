@@ -173,6 +173,8 @@ def guard(tmp_path: Path) -> Iterator[Guard]:
         proc.communicate(timeout=30)
 
 
+STDERR_TAIL = 40  # lines of each guard's stderr a failed test shows
+
 
 @pytest.fixture
 def start_guard(tmp_path: Path) -> Iterator[type[GuardRun]]:
@@ -194,7 +196,3 @@ def start_guard(tmp_path: Path) -> Iterator[type[GuardRun]]:
         with contextlib.suppress(OSError):
             tail = run.stderr_path.read_text(errors="replace").splitlines()[-STDERR_TAIL:]
             print(f"--- guard {n + 1}'s stderr, last {len(tail)} lines ---", *tail, sep="\n")
-
-
-STDERR_TAIL = 40  # lines of each guard's stderr a failed test shows
-
