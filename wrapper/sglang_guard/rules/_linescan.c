@@ -740,7 +740,297 @@ static PyObject *quotes_closed(PyObject *self, PyObject *arg) {
     return PyBool_FromLong(closed(p, p + size));
 }
 
+/* literal_lines(block, needles[, widest]) -> [(needle index, line end)]: for each complete
+   line of block (ending in a newline) and each needle (bytes, no newline) found in it, the
+   offset just past that line's newline, each pair once, each needle's in block order.
+   rules/blockscan.py's per-line set asks it where every pattern is a plain literal (the
+   running phase of the default pack: three rules' literals and the traceback header) for
+   what its Hyperscan database answers with `(?:literal)[^\n]*\n`: gathered here with the
+   GIL released, where python-hyperscan calls back into Python (taking the GIL) per match.
+
+   Each needle is looked for by two of its bytes, the rarest in log text (`rarity`), 32
+   starts at a time (AVX2, where the CPU has it) or 16 (SSE2, every x86-64), the agreements
+   of all needles OR'd into one test; every candidate is then compared whole. */
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
+#define MAX_NEEDLES 16
+
+typedef struct {
+    const unsigned char *bytes;
+    Py_ssize_t len;
+    Py_ssize_t at1, at2; /* the two anchor positions in the needle, at1 <= at2 */
+    Py_ssize_t last_end; /* the line end last recorded for it */
+} Needle;
+
+/* How common a byte is in log text, higher more common: lower-case letters by English
+   frequency, the space, digits and the punctuation of records and paths. A guess only picks
+   the anchors: every candidate is compared whole, so it moves the speed, never an answer. */
+static int rarity(unsigned char c) {
+    static const char order[] = "etaoinsrhldcumfpgwybvkxjqz"; /* most to least common */
+    const char *hit;
+    if (c == ' ')
+        return 100;
+    if (c >= 'a' && c <= 'z' && (hit = strchr(order, c)) != NULL)
+        return 90 - (int)(hit - order) * 3;
+    if (c >= '0' && c <= '9')
+        return 60;
+    if (c == ':' || c == '-' || c == '.' || c == '/' || c == '_' || c == ',' || c == '='
+        || c == '[' || c == ']' || c == '"' || c == '\'')
+        return 40;
+    if (c >= 'A' && c <= 'Z')
+        return 20;
+    return 10;
+}
+
+static void choose_anchors(Needle *n) {
+    Py_ssize_t best = 0;
+    for (Py_ssize_t i = 1; i < n->len; i++)
+        if (rarity(n->bytes[i]) < rarity(n->bytes[best]))
+            best = i;
+    Py_ssize_t second = best == 0 ? (n->len > 1 ? 1 : 0) : 0;
+    for (Py_ssize_t i = 0; i < n->len; i++) {
+        if (i == best)
+            continue;
+        /* a different byte if there is one, then the rarer, then the farther */
+        int d_i = n->bytes[i] != n->bytes[best], d_s = n->bytes[second] != n->bytes[best];
+        if (second == best || d_i > d_s
+            || (d_i == d_s && rarity(n->bytes[i]) < rarity(n->bytes[second])))
+            second = i;
+    }
+    n->at1 = best < second ? best : second;
+    n->at2 = best < second ? second : best;
+}
+
+typedef struct {
+    Py_ssize_t *pairs; /* (needle, end) flattened */
+    Py_ssize_t n, size;
+} Pairs;
+
+/* A match of needle k at s: record its line's end, once per line (none where no newline
+   follows: the match is in the unfinished last line). -1: no memory. */
+static int found_at(const unsigned char *block, Py_ssize_t len, Needle *needles, Py_ssize_t k,
+                    Py_ssize_t s, Pairs *out) {
+    Needle *n = &needles[k];
+    if (s < n->last_end)
+        return 1; /* on a line already recorded for it */
+    const unsigned char *nl = memchr(block + s + n->len, '\n', (size_t)(len - s - n->len));
+    if (nl == NULL)
+        return 0;
+    Py_ssize_t end = nl - block + 1;
+    n->last_end = end;
+    if (out->n + 2 > out->size) {
+        Py_ssize_t size = out->size ? out->size * 2 : 64;
+        Py_ssize_t *grown = realloc(out->pairs, (size_t)size * sizeof *grown);
+        if (grown == NULL)
+            return -1;
+        out->pairs = grown;
+        out->size = size;
+    }
+    out->pairs[out->n++] = k;
+    out->pairs[out->n++] = end;
+    return 1;
+}
+
+static int is_match(const unsigned char *block, Py_ssize_t len, const Needle *n, Py_ssize_t s) {
+    return s + n->len <= len && memcmp(block + s, n->bytes, (size_t)n->len) == 0;
+}
+
+/* The matches of needle k among the 16 (or 32) starts at s whose anchors both agree. */
+static int confirm(const unsigned char *block, Py_ssize_t len, Needle *needles, Py_ssize_t k,
+                   Py_ssize_t s, unsigned mask, Pairs *out) {
+    while (mask) {
+        Py_ssize_t at = s + __builtin_ctz(mask);
+        mask &= mask - 1;
+        if (is_match(block, len, &needles[k], at) && found_at(block, len, needles, k, at, out) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* From s on, one start at a time (the tail, and where no vector loop is built). */
+static int find_tail(const unsigned char *block, Py_ssize_t len, Needle *needles,
+                     Py_ssize_t count, Py_ssize_t s, Pairs *out) {
+    for (; s < len; s++)
+        for (Py_ssize_t k = 0; k < count; k++) {
+            const Needle *n = &needles[k];
+            if (s + n->len <= len && block[s + n->at1] == n->bytes[n->at1]
+                && block[s + n->at2] == n->bytes[n->at2] && is_match(block, len, n, s)
+                && found_at(block, len, needles, k, s, out) < 0)
+                return -1;
+        }
+    return 0;
+}
+
+static Py_ssize_t reach_of(const Needle *needles, Py_ssize_t count) {
+    Py_ssize_t reach = 0; /* the farthest anchor of any needle */
+    for (Py_ssize_t k = 0; k < count; k++)
+        if (needles[k].at2 > reach)
+            reach = needles[k].at2;
+    return reach;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+/* 32 starts at a time: each needle's two anchors compared, the agreements of all needles
+   OR'd into one mask, and only a start some needle agrees at is looked at again. */
+__attribute__((target("avx2"))) static int find_avx2(const unsigned char *block, Py_ssize_t len,
+                                                      Needle *needles, Py_ssize_t count,
+                                                      Pairs *out) {
+    __m256i first[MAX_NEEDLES], second[MAX_NEEDLES];
+    Py_ssize_t at1[MAX_NEEDLES], at2[MAX_NEEDLES];
+    for (Py_ssize_t k = 0; k < count; k++) {
+        first[k] = _mm256_set1_epi8((char)needles[k].bytes[needles[k].at1]);
+        second[k] = _mm256_set1_epi8((char)needles[k].bytes[needles[k].at2]);
+        at1[k] = needles[k].at1;
+        at2[k] = needles[k].at2;
+    }
+    Py_ssize_t reach = reach_of(needles, count), s = 0;
+    for (; s + reach + 32 <= len; s += 32) {
+        __m256i any = _mm256_setzero_si256();
+        for (Py_ssize_t k = 0; k < count; k++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(block + s + at1[k]));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(block + s + at2[k]));
+            any = _mm256_or_si256(any, _mm256_and_si256(_mm256_cmpeq_epi8(a, first[k]),
+                                                        _mm256_cmpeq_epi8(b, second[k])));
+        }
+        if (_mm256_testz_si256(any, any))
+            continue;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)(block + s + at1[k]));
+            __m256i b = _mm256_loadu_si256((const __m256i *)(block + s + at2[k]));
+            unsigned mask = (unsigned)_mm256_movemask_epi8(_mm256_and_si256(
+                _mm256_cmpeq_epi8(a, first[k]), _mm256_cmpeq_epi8(b, second[k])));
+            if (mask && confirm(block, len, needles, k, s, mask, out) < 0)
+                return -1;
+        }
+    }
+    return find_tail(block, len, needles, count, s, out);
+}
+#endif
+
+/* Every match of every needle in block[0:len]: 0 done, -1 no memory. A needle's matches come
+   in order of their start (found_at relies on it); different needles' need not. `widest`:
+   the widest loop it may take (2 AVX2 where the CPU has it, 1 SSE2, 0 none: tests hold
+   them equal). */
+static int find_literals(const unsigned char *block, Py_ssize_t len, Needle *needles,
+                         Py_ssize_t count, int widest, Pairs *out) {
+#if defined(HAVE_AVX2_PATH)
+    if (widest >= 2 && __builtin_cpu_supports("avx2"))
+        return find_avx2(block, len, needles, count, out);
+#endif
+    Py_ssize_t s = 0;
+#if defined(__SSE2__)
+    if (widest < 1)
+        return find_tail(block, len, needles, count, s, out);
+    __m128i first[MAX_NEEDLES], second[MAX_NEEDLES];
+    Py_ssize_t at1[MAX_NEEDLES], at2[MAX_NEEDLES];
+    for (Py_ssize_t k = 0; k < count; k++) {
+        first[k] = _mm_set1_epi8((char)needles[k].bytes[needles[k].at1]);
+        second[k] = _mm_set1_epi8((char)needles[k].bytes[needles[k].at2]);
+        at1[k] = needles[k].at1;
+        at2[k] = needles[k].at2;
+    }
+    Py_ssize_t reach = reach_of(needles, count);
+    for (; s + reach + 16 <= len; s += 16) {
+        __m128i any = _mm_setzero_si128();
+        for (Py_ssize_t k = 0; k < count; k++) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(block + s + at1[k]));
+            __m128i b = _mm_loadu_si128((const __m128i *)(block + s + at2[k]));
+            any = _mm_or_si128(any, _mm_and_si128(_mm_cmpeq_epi8(a, first[k]),
+                                                  _mm_cmpeq_epi8(b, second[k])));
+        }
+        if (!_mm_movemask_epi8(any))
+            continue;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            __m128i a = _mm_loadu_si128((const __m128i *)(block + s + at1[k]));
+            __m128i b = _mm_loadu_si128((const __m128i *)(block + s + at2[k]));
+            unsigned mask = (unsigned)_mm_movemask_epi8(
+                _mm_and_si128(_mm_cmpeq_epi8(a, first[k]), _mm_cmpeq_epi8(b, second[k])));
+            if (mask && confirm(block, len, needles, k, s, mask, out) < 0)
+                return -1;
+        }
+    }
+#endif
+    return find_tail(block, len, needles, count, s, out);
+}
+
+static PyObject *literal_lines(PyObject *self, PyObject *args) {
+    (void)self;
+    Py_buffer view;
+    PyObject *seq;
+    int widest = 2;
+    if (!PyArg_ParseTuple(args, "y*O|i:literal_lines", &view, &seq, &widest))
+        return NULL;
+    Needle needles[MAX_NEEDLES];
+    Py_buffer held[MAX_NEEDLES];
+    Py_ssize_t count = PySequence_Size(seq), taken = 0;
+    PyObject *result = NULL;
+    Pairs out = {NULL, 0, 0};
+    if (count < 0)
+        goto done;
+    if (count > MAX_NEEDLES) {
+        PyErr_SetString(PyExc_ValueError, "literal_lines: at most 16 needles");
+        goto done;
+    }
+    for (; taken < count; taken++) {
+        PyObject *item = PySequence_GetItem(seq, taken);
+        if (item == NULL)
+            goto done;
+        int bad = PyObject_GetBuffer(item, &held[taken], PyBUF_SIMPLE);
+        Py_DECREF(item);
+        if (bad)
+            goto done;
+        Needle *n = &needles[taken];
+        n->bytes = held[taken].buf;
+        n->len = held[taken].len;
+        n->last_end = 0;
+        if (n->len < 1 || memchr(n->bytes, '\n', (size_t)n->len) != NULL) {
+            taken++;
+            PyErr_SetString(PyExc_ValueError, "literal_lines: a needle is empty or holds a "
+                                              "newline");
+            goto done;
+        }
+        choose_anchors(n);
+    }
+    int status;
+    if (view.len >= RELEASE_GIL_AT) {
+        Py_BEGIN_ALLOW_THREADS
+        status = find_literals(view.buf, view.len, needles, count, widest, &out);
+        Py_END_ALLOW_THREADS
+    } else {
+        status = find_literals(view.buf, view.len, needles, count, widest, &out);
+    }
+    if (status < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if ((result = PyList_New(out.n / 2)) == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < out.n; i += 2) {
+        PyObject *pair = Py_BuildValue("(nn)", out.pairs[i], out.pairs[i + 1]);
+        if (pair == NULL) {
+            Py_CLEAR(result);
+            goto done;
+        }
+        PyList_SetItem(result, i / 2, pair);
+    }
+done:
+    for (Py_ssize_t k = 0; k < taken; k++)
+        PyBuffer_Release(&held[k]);
+    free(out.pairs);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"literal_lines", literal_lines, METH_VARARGS,
+     "literal_lines(block, needles[, widest]) -> [(needle, end)]: each complete line of block "
+     "that holds a needle, by the offset just past its newline, once per needle, each in block "
+     "order (widest: 2 AVX2 where the CPU has it, 1 SSE2, 0 byte by byte)."},
     {"quotes_closed", quotes_closed, METH_O,
      "quotes_closed(line) -> bool: every quote the line opens closes on it (logline.CLOSED)."},
     {"advance", advance, METH_VARARGS,

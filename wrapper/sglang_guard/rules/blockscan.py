@@ -46,6 +46,7 @@ from typing import Any, Protocol
 import re2
 
 from sglang_guard.common.sha import sha256
+from sglang_guard.rules import linescan
 from sglang_guard.rules.rulepack import RE2_OPTIONS
 
 _hs: Any
@@ -223,8 +224,11 @@ class BlockScan:
 
     @property
     def engine(self) -> str:
-        """Which engine `hits` uses (compiling first): "hyperscan", "hyperscan+re2" or "re2"."""
+        """Which engine `hits` uses (compiling first): "hyperscan", "hyperscan+re2", "re2", or
+        "literals" (a per-line set of plain literals, found in C: linescan.literal_lines)."""
         done = self.compile()
+        if done.literals is not None:
+            return "literals"
         if done.db is None:
             return "re2"
         return "hyperscan+re2" if done.rest_ids else "hyperscan"
@@ -265,6 +269,8 @@ class BlockScan:
         if not self.size:
             return []
         done = self.compile()
+        if done.literals is not None and linescan.literal_lines is not None:
+            return linescan.literal_lines(block, done.literals)
         found: list[tuple[int, int]] = []
         if done.rest_sets:
             data = bytes(block)
@@ -285,6 +291,10 @@ class BlockScan:
         if not self.size:
             return []
         done = self.compile()
+        if done.literals is not None and linescan.literal_lines is not None:
+            # a match holds no newline: one after the block completes its last line
+            return sorted({i for i, _ in linescan.literal_lines(bytes(block) + b"\n",
+                                                                 done.literals)})
         found: list[int] = []
         if done.rest_sets:
             text = utf8(block)
@@ -351,6 +361,9 @@ class _Compiled:
     rest_ids: tuple[int, ...]  # the patterns on RE2
     rest_sets: tuple[tuple[int, Any], ...]  # RE2 sets over them: (index into rest_ids, set)
     why: str | None  # why some or all patterns are on RE2
+    # A per-line set of plain literals only: each pattern's bytes, found in C
+    # (linescan.literal_lines) instead of on Hyperscan or RE2 (db None, no rest).
+    literals: tuple[bytes, ...] | None = None
 
 
 def _on_re2(patterns: tuple[str, ...], ids: Sequence[int], db: Any, why: str | None,
@@ -365,6 +378,8 @@ def _on_re2(patterns: tuple[str, ...], ids: Sequence[int], db: Any, why: str | N
 @lru_cache(maxsize=16)
 def _compile(patterns: tuple[str, ...], accelerate: bool, lines: bool = False) -> _Compiled:
     everything = range(len(patterns))
+    if accelerate and lines and (literals := _literals(patterns)) is not None:
+        return _Compiled(None, (), (), None, literals)
     if not accelerate:
         return _on_re2(patterns, everything, None, "not accelerated (accelerate=False)", lines)
     if _hs is None:
@@ -383,6 +398,37 @@ def _compile(patterns: tuple[str, ...], accelerate: bool, lines: bool = False) -
     return _on_re2(patterns, rest, db,
                    f"{len(rest)} of {len(patterns)} patterns are on RE2 (Hyperscan: {found})",
                    lines)
+
+
+# What RE2 (and Python's re) read as themselves outside a class: printable ASCII but the
+# metacharacters; escaped, any ASCII punctuation or the space (`re2.escape`'s output).
+_PLAIN = frozenset(chr(c) for c in range(0x20, 0x7F)) - set(".^$*+?()[]{}|\\")
+_ESCAPED = frozenset(chr(c) for c in range(0x20, 0x7F) if not chr(c).isalnum())
+
+
+def literal(pattern: str) -> bytes | None:
+    """The bytes `pattern` matches, where it is a plain literal (printable ASCII, any
+    metacharacter escaped; `re2.escape` of such text is one), else None. Read conservatively:
+    an escape of a letter or digit (`\\d`, `\\x41`), a class, a group or a flag is not one."""
+    out = []
+    for kind, text in _tokens(pattern):
+        if kind == "char" and text in _PLAIN:
+            out.append(text)
+        elif kind == "escape" and len(text) == 2 and text[1] in _ESCAPED:
+            out.append(text[1])
+        else:
+            return None
+    return "".join(out).encode("ascii") if out else None
+
+
+def _literals(patterns: tuple[str, ...]) -> tuple[bytes, ...] | None:
+    """Each pattern's line prefix as literal bytes, where the C search is built and every
+    pattern of the set is one (what the per-line Hyperscan set would look for: a pattern cut
+    before its `.*`, as `line_expression` cuts it); else None."""
+    if linescan.literal_lines is None or not 0 < len(patterns) <= linescan.MAX_NEEDLES:
+        return None
+    found = tuple(literal(line_prefix(pattern)) for pattern in patterns)
+    return None if None in found else found  # type: ignore[return-value]
 
 
 def _hyperscan(patterns: tuple[str, ...], ids: Sequence[int], *, stored: bool = True,

@@ -22,6 +22,12 @@ lines ending just before each offset of `checks`, the lines the reader checks, a
 each as `(line, n, before, after, own)` (tracebacks.read_walk), up to the first whose head is
 not plain ASCII; the reader then asks only `keep` of them in Python.
 
+`literal_lines(block, needles)`: `[(needle index, line end)]`, each complete line of `block`
+(by the offset just past its newline) that holds a needle (bytes, no newline), once per
+needle, in block order: what rules/blockscan.py's per-line Hyperscan set answers for plain
+literals (`(?:literal)[^\n]*\n`), gathered in C with the GIL released, with no Python call
+per match (the running phase of the default pack is four literals).
+
 The module also answers rules/logline.quotes_closed (`quotes_closed`), the request records'
 quote check. `compiled` says whether it is there. Without it (no C compiler at install, a
 platform it was not built for, SGLANG_GUARD_PURE=1) the tracker keeps its regexes and
@@ -59,6 +65,9 @@ compiled = _module is not None
 first_line: Search | None = None if _module is None else _module.first_line
 advance: Advance | None = None if _module is None else _module.advance
 read_walk: ReadWalk | None = None if _module is None else _module.read_walk
+LiteralLines = Callable[["bytes | memoryview", Sequence[bytes]], "list[tuple[int, int]]"]
+literal_lines: LiteralLines | None = None if _module is None else _module.literal_lines
+MAX_NEEDLES = 16  # literal_lines takes at most this many
 # rules/logline.quotes_closed in C (a str with a lone surrogate raises UnicodeEncodeError:
 # read it in Python).
 quotes_closed: Callable[[str], bool] | None = None if _module is None else _module.quotes_closed

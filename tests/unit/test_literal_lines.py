@@ -1,0 +1,232 @@
+"""Issue 24: a per-line set of plain literals is searched in C (`linescan.literal_lines`) and
+answers exactly what the per-line Hyperscan set answered for it, and what reading each line
+does.
+
+The running phase of the default pack is four literals (three rules' and the traceback
+header); rules/blockscan.py searches such a set in rules/_linescan.c, which gathers the hits
+with the GIL released instead of a Python callback per match. Held equal here to a per-line
+reference over random needle sets and soups made of their pieces (overlaps, repeats, needles
+inside needles, matches cut by the block's end), on every vector width the C has, and to
+Hyperscan's own database of the same patterns over every stored log cut at random.
+tests/unit/test_reading_paths.py runs the reader's differential tests on it as well.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import re2
+
+from sglang_guard.rules import blockscan, linescan
+from sglang_guard.rules.rules import Matcher, load_default_packs
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+LOGS = sorted((DATA / "sglang-logs").glob("*.log"))
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
+WIDTHS = (0, 1, 2)  # byte by byte, SSE2, AVX2 where the CPU has it
+
+needs_c = pytest.mark.skipif(
+    not linescan.compiled and os.environ.get("SGLANG_GUARD_REQUIRE_NATIVE") != "1",
+    reason="the C line search is not built here (no C compiler at install)")
+
+
+def per_line(block: bytes, needles: list[bytes]) -> set[tuple[int, int]]:
+    """The answer: each complete line, each needle it holds."""
+    found, start = set(), 0
+    while (newline := block.find(b"\n", start)) >= 0:
+        line = block[start:newline]
+        found |= {(k, newline + 1) for k, needle in enumerate(needles) if needle in line}
+        start = newline + 1
+    return found
+
+
+def search(block: bytes, needles: list[bytes], widest: int) -> list[tuple[int, int]]:
+    from sglang_guard.rules import _linescan  # noqa: PLC0415 - built here (needs_c)
+
+    got = _linescan.literal_lines(block, needles, widest)
+    assert len(got) == len(set(got)), "a (needle, line) pair twice"
+    for k in range(len(needles)):  # each needle's lines in block order
+        ends = [end for i, end in got if i == k]
+        assert ends == sorted(ends)
+    return got
+
+
+def soup(rng: random.Random, needles: list[bytes], size: int) -> bytes:
+    """Needles whole and cut, the bytes they are made of, newlines, an ESC, high bytes."""
+    pieces: list[bytes] = [b"\n", b"\n", b" ", b"\x1b[0m", b"\xc3\xa9", b"\x00"]
+    for needle in needles:
+        cut = rng.randrange(len(needle) + 1)
+        pieces += [needle, needle, needle[:cut], needle[cut:], needle[rng.randrange(len(needle)):]]
+    out = bytearray()
+    while len(out) < size:
+        out += rng.choice(pieces)
+    return bytes(out[:size])
+
+
+def random_needles(rng: random.Random) -> list[bytes]:
+    alphabet = rng.choice([b"ab", b"abc ", b"Traceback (most)", bytes(range(32, 127))])
+    count = rng.randint(1, linescan.MAX_NEEDLES)
+    needles = [bytes(rng.choice(alphabet) for _ in range(rng.choice([1, 2, 3, 5, 17, 40])))
+               for _ in range(count)]
+    if rng.random() < 0.3 and needles[0]:  # a needle inside another
+        needles.append(needles[0][: max(1, len(needles[0]) // 2)])
+    return needles[: linescan.MAX_NEEDLES]
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(300))
+def test_literal_lines_answers_as_reading_each_line_on_every_width(seed: int) -> None:
+    rng = random.Random(seed)  # noqa: S311 - reproducible, not a secret
+    needles = random_needles(rng)
+    size = rng.choice([0, 1, 15, 31, 33, 64, 200, 1000, 5000])
+    block = soup(rng, needles, size)
+    want = per_line(block, needles)
+    for widest in WIDTHS:
+        assert set(search(block, needles, widest)) == want, (needles, block[:300], widest)
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(6))
+def test_a_long_block_is_searched_without_the_gil_and_answers_the_same(seed: int) -> None:
+    """Past 64 KiB the GIL is let go: another thread runs meanwhile; the answer holds."""
+    rng = random.Random(seed)  # noqa: S311 - reproducible, not a secret
+    needles = random_needles(rng)
+    block = soup(rng, needles, 300_000)
+    want = per_line(block, needles)
+    ticks = 0
+    stop = threading.Event()
+
+    def spin() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+
+    spinner = threading.Thread(target=spin)
+    spinner.start()
+    try:
+        for widest in WIDTHS:
+            assert set(search(block, needles, widest)) == want
+    finally:
+        stop.set()
+        spinner.join()
+    assert ticks > 0
+
+
+def running_patterns() -> tuple[str, ...]:
+    return Matcher(load_default_packs())._lines_running.patterns
+
+
+@needs_c
+@pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
+                         ids=lambda p: p.name)
+def test_the_running_set_answers_as_its_hyperscan_database_on_every_stored_log(log: Path
+                                                                               ) -> None:
+    """Each stored log cut into random blocks (as reads cut a stream): the C search of the
+    running phase's literals and the Hyperscan database the per-line set compiled for the
+    same patterns before, the same (pattern, line) pairs; and both as reading each line."""
+    if blockscan._hs is None:
+        pytest.skip("hyperscan is not installed here")
+    patterns = running_patterns()
+    literals = blockscan._literals(patterns)
+    assert literals is not None
+    db = blockscan._hyperscan(patterns, range(len(patterns)), stored=False, lines=True)
+    assert not isinstance(db, str), db
+    data = log.read_bytes()
+    rng = random.Random(log.name)  # noqa: S311 - reproducible, not a secret
+    start = 0
+    while start < len(data):
+        end = min(len(data), start + rng.choice([7, 500, 4096, 70_000, 300_000]))
+        block = data[start:end]
+        on_hyperscan: list[tuple[int, int]] = []
+
+        def hit(pid: int, _start: int, at: int, _flags: int, _ctx: object,
+                into: list[tuple[int, int]] = on_hyperscan) -> bool:
+            into.append((pid, at))
+            return False
+
+        db.scan(block, match_event_handler=hit)
+        got = set(search(block, list(literals), 2))
+        assert got == set(on_hyperscan) == per_line(block, list(literals)), (log.name, start)
+        start = end
+
+
+@needs_c
+def test_the_default_running_phase_is_searched_as_literals() -> None:
+    matcher = Matcher(load_default_packs())
+    matcher.prepare_scan()
+    assert matcher._lines_running.engine == "literals"
+    assert matcher._lines.engine == "hyperscan"  # the start-up set has regexes
+    block = (b"x\nTraceback (most recent call last):\n  File \"a.py\"\n"
+             b"[2026] Scheduler hit an exception: boom\ntail Capture cuda graph failed")
+    hits = matcher.line_scan(block, starting=False)
+    assert sorted(hits.headers) == [block.index(b"\n  File") + 1]
+    assert list(hits.lines) == [block.index(b"\ntail") + 1]  # the unfinished line: not yet
+    # `hits` (a superset test of the block) counts the unfinished last line too
+    assert matcher._lines_running.hits(block) == [0, 2, 3]
+
+
+def test_a_pure_install_searches_the_running_phase_on_hyperscan() -> None:
+    """Without the C (SGLANG_GUARD_PURE=1, or no compiler at install) the set stays on
+    Hyperscan, the same answers."""
+    code = ("from sglang_guard.rules.rules import Matcher, load_default_packs\n"
+            "m = Matcher(load_default_packs())\n"
+            "print(m._lines_running.engine)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "SGLANG_GUARD_PURE": "1"}, timeout=120,
+                          check=True)
+    assert done.stdout.strip() in ("hyperscan", "re2")
+
+
+@pytest.mark.parametrize("text", ["Scheduler hit an exception", "a.b*c?(d)[e]{f}|g^h$i\\j",
+                                  "Traceback (most recent call last):", " ", "x"])
+def test_literal_reads_back_what_re2_escape_wrote(text: str) -> None:
+    assert blockscan.literal(re2.escape(text)) == text.encode()
+
+
+@pytest.mark.parametrize("pattern", ["a.b", "a\\db", "\\x41", "(?i)abc", "[ab]c", "ab+", "a{2}",
+                                     "a|b", "^ab", "ab$", "caf\u00e9", "a\\nb", "a(b)", "",
+                                     "\\Aab", "a\\", "\\pL"])
+def test_literal_refuses_anything_but_plain_text(pattern: str) -> None:
+    assert blockscan.literal(pattern) is None
+
+
+@pytest.mark.parametrize("seed", range(50))
+def test_where_literal_answers_re2_finds_exactly_those_bytes(seed: int) -> None:
+    """A pattern of random pieces, metacharacters escaped or not: where `literal` reads it as
+    text, RE2 matches a line exactly where that text is in it."""
+    rng = random.Random(seed)  # noqa: S311 - reproducible, not a secret
+    pieces = ["a", "b", " ", ":", "\\(", "\\)", "\\.", "\\ ", "\\:", "-", "\\-", "\\_", "\\d",
+              ".", "(", "\\x41", "A"]
+    pattern = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 6)))
+    text = blockscan.literal(pattern)
+    if text is None:
+        return
+    compiled = re2.compile(pattern)
+    for _ in range(40):
+        line = "".join(rng.choice("ab :().-_A") for _ in range(rng.randint(0, 12)))
+        if rng.random() < 0.5:
+            line = line[: len(line) // 2] + text.decode() + line[len(line) // 2:]
+        assert (compiled.search(line) is not None) == (text.decode() in line), (pattern, line)
+
+
+@needs_c
+@pytest.mark.parametrize("needles", [[b""], [b"a\nb"], [b"x"] * (linescan.MAX_NEEDLES + 1),
+                                     ["text"], [None]])
+def test_needles_it_cannot_search_are_refused(needles: list[object]) -> None:
+    assert linescan.literal_lines is not None
+    with pytest.raises((ValueError, TypeError)):
+        linescan.literal_lines(b"a\nb\n", needles)  # type: ignore[arg-type]
+
+
+def test_a_set_with_one_regex_or_too_many_literals_is_not_searched_as_literals() -> None:
+    assert blockscan._literals(("abc", "a.c")) is None
+    assert blockscan._literals(tuple(f"word{i}" for i in range(linescan.MAX_NEEDLES + 1))
+                               ) is None
+    # a pattern cut before its `.*`, as the per-line Hyperscan set cuts it
+    assert blockscan._literals(("abc.*def",)) == ((b"abc",) if linescan.compiled else None)
