@@ -22,6 +22,7 @@ import pytest
 
 from sglang_guard.errors import InputError
 from sglang_guard.supervise.events import ChildExited
+from sglang_guard.supervise.shell import child as child_module
 from sglang_guard.supervise.shell.child import TRIM_AFTER, WRITE_PIECE, Child
 from support.children import FAKE, BlockingSink, HashSink, collect, fake_argv, next_line
 from support.procs import survivors, wait_gone
@@ -90,6 +91,31 @@ def test_the_writer_cuts_large_chunks_into_write_pieces(spawn, events):
     assert out.getvalue() == rand(3 * MB, 3)
     assert max(out.sizes) == WRITE_PIECE
     assert sum(out.sizes) == 3 * MB
+
+
+def test_a_file_sink_is_written_in_c_after_what_it_held(spawn, events, tmp_path, monkeypatch):
+    # The guard's own stdout is a plain file object: the writer writes its descriptor in C
+    # (linescan.write_pieces, WRITE_PIECE bytes per write), the sink flushed first, so what
+    # was written to it before comes out before; the file holds every byte in order.
+    calls: list[tuple[int, int]] = []
+    real = child_module.write_pieces
+    if real is None:
+        pytest.skip("the C line search is not built here")
+
+    def counted(fd: int, data: bytes, piece: int) -> int:
+        calls.append((fd, piece))
+        return real(fd, data, piece)
+
+    monkeypatch.setattr(child_module, "write_pieces", counted)
+    path = tmp_path / "out.log"
+    with path.open("wb") as out:
+        out.write(b"held in the buffer\n")
+        child = spawn(["random", "stdout", 3 * MB, 3], stdout_sink=out)
+        collect(events)
+        assert child.join(20)
+        assert calls
+        assert set(calls) == {(out.fileno(), WRITE_PIECE)}
+    assert path.read_bytes() == b"held in the buffer\n" + rand(3 * MB, 3)
 
 
 def test_a_100_mb_line_passes_whole_and_is_matched_on_its_head(spawn, events):

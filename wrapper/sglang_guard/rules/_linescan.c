@@ -1,6 +1,8 @@
 /* The traceback tracker's line search in C (rules/linescan.py is its Python face), its walk
    over the lines nobody reads (`advance`), the reader's walk that steps its checked lines too
-   (`read_walk`), and rules/logline.quotes_closed.
+   (`read_walk`), rules/logline.quotes_closed, and two pieces of the log path that must not
+   hold the GIL: the per-line search of a set of plain literals (`literal_lines`) and the
+   writer's writes (`write_pieces`), each said where it is defined below.
 
    first_line(block, start, end, kind, cap) -> int: where the first line of block[start:end]
    (whole lines; block[end - 1] is a newline) that `kind` takes starts, or -1. Exactly what
@@ -1026,7 +1028,56 @@ done:
     return result;
 }
 
+/* write_pieces(fd, data, piece) -> int: write data to fd, at most `piece` bytes per write(2),
+   with the GIL released over all of them: the pumps' writer (supervise/shell/child.py) would
+   otherwise take the GIL back after each piece, and waits for it behind the threads that
+   read lines. Retries EINTR and a short write; stops at EAGAIN (a non-blocking fd that is
+   full), answering how many bytes went out; any other error raises OSError with what had
+   gone out lost to the caller (as a failed write loses it). */
+#include <errno.h>
+#include <unistd.h>
+
+static PyObject *write_pieces(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd;
+    Py_buffer view;
+    Py_ssize_t piece;
+    if (!PyArg_ParseTuple(args, "iy*n:write_pieces", &fd, &view, &piece))
+        return NULL;
+    if (piece < 1) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "write_pieces: piece must be >= 1");
+        return NULL;
+    }
+    const char *at = view.buf;
+    Py_ssize_t left = view.len, done = 0;
+    int error = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (left > 0) {
+        ssize_t n = write(fd, at + done, (size_t)(left < piece ? left : piece));
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                error = errno;
+            break;
+        }
+        done += n;
+        left -= n;
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&view);
+    if (error) {
+        errno = error;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    return PyLong_FromSsize_t(done);
+}
+
 static PyMethodDef methods[] = {
+    {"write_pieces", write_pieces, METH_VARARGS,
+     "write_pieces(fd, data, piece) -> int: data written to fd, piece bytes per write, the GIL "
+     "released over all of them; stops at EAGAIN, raises OSError on any other error."},
     {"literal_lines", literal_lines, METH_VARARGS,
      "literal_lines(block, needles[, widest]) -> [(needle, end)]: each complete line of block "
      "that holds a needle, by the offset just past its newline, once per needle, each in block "

@@ -31,6 +31,7 @@ from __future__ import annotations
 import bisect
 import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -49,6 +50,9 @@ class Hits(NamedTuple):
     # might match in has its entry (a superset); None: not known. `keep` reads it (Line.maybe).
     rules: Mapping[int, Collection[int]] | None = None
     by: object = None  # whose rules `rules` numbers (rules/rules.Matcher: one reload's)
+    # The lines with an ESC or NUL byte (by their ends, as `_dirty` finds them), where
+    # `LineReader.scan` found them with the scan (None: `feed` looks for them).
+    dirty: AbstractSet[int] | None = None
 
 
 Find = Callable[[bytes], Hits]
@@ -90,12 +94,13 @@ class LineReader:
         self._length = 0  # its full length so far
 
     def scan(self, chunk: bytes) -> Hits | None:
-        """`find(chunk)`, which `feed(chunk, hits)` then reads: any thread may scan (the
-        child's pumps scan on the thread that then feeds: supervise/shell/child.py). None:
+        """`find(chunk)`, and the lines with an ESC or NUL byte, which `feed(chunk, hits)`
+        then reads: any thread may scan, and hand the chunk on to the one that feeds (the
+        child's pumps scan on the thread that feeds: supervise/shell/child.py). None:
         nothing to scan (no `find`, or no line ends here)."""
-        if self._find is None or b"\n" not in chunk:
+        if self._find is None or (last := chunk.rfind(b"\n")) < 0:
             return None
-        return self._find(chunk)
+        return self._find(chunk)._replace(dirty=_dirty(chunk, last))
 
     def feed(self, chunk: bytes, hits: Hits | None = None) -> list[Line]:
         """The lines `chunk` completes that are returned (see the module's docstring).
@@ -136,7 +141,7 @@ class LineReader:
                    ) -> None:
         # Lines a rule may read, and those with an ESC or NUL (only their cleaned text says
         # what they hold), are checked by `keep`; a line only a header hit is only stepped.
-        dirty = _dirty(chunk, last)
+        dirty = _dirty(chunk, last) if hits.dirty is None else hits.dirty
         checked = {e for e in hits.lines if e <= last + 1} | dirty
         ends = sorted(checked.union(e for e in hits.headers if e <= last + 1))
         first = chunk.find(b"\n")
@@ -178,7 +183,7 @@ class LineReader:
         self._skip(chunk, pos, last + 1, out, reads)
 
     def _walk(self, chunk: bytes, span: tuple[int, int], ends: list[int], *,
-              checked: set[int], hits: Hits, dirty: set[int], keep: Callable[[Line], bool],
+              checked: set[int], hits: Hits, dirty: AbstractSet[int], keep: Callable[[Line], bool],
               out: list[Line]) -> int:
         """Read `chunk[pos:end]` (`span`) on one walk in C (tracebacks.read_walk): the lines
         ending just before `ends` (ascending) are stepped on it, the `checked` ones then
@@ -279,7 +284,7 @@ class LineReader:
             out += [Line(text, stop - at, True, True) for at, stop, text in found]
 
 
-def _maybe(hits: Hits, dirty: set[int], end: int) -> Collection[int] | None:
+def _maybe(hits: Hits, dirty: AbstractSet[int], end: int) -> Collection[int] | None:
     """The rules the scan says might match in the line ending before `end` (Line.maybe); None
     where not known: no per-line answer, or the line has an ESC or NUL (its cleaned text is
     not what the scan read)."""

@@ -28,6 +28,10 @@ needle, in block order: what rules/blockscan.py's per-line Hyperscan set answers
 literals (`(?:literal)[^\n]*\n`), gathered in C with the GIL released, with no Python call
 per match (the running phase of the default pack is four literals).
 
+`write_pieces(fd, data, piece)`: the pumps' writer's writes (supervise/shell/child.py) in C,
+`piece` bytes per write(2), with the GIL released over the whole chunk: in Python each piece
+took the GIL back, and waited for it behind the threads reading lines.
+
 The module also answers rules/logline.quotes_closed (`quotes_closed`), the request records'
 quote check. `compiled` says whether it is there. Without it (no C compiler at install, a
 platform it was not built for, SGLANG_GUARD_PURE=1) the tracker keeps its regexes and
@@ -68,6 +72,10 @@ read_walk: ReadWalk | None = None if _module is None else _module.read_walk
 LiteralLines = Callable[["bytes | memoryview", Sequence[bytes]], "list[tuple[int, int]]"]
 literal_lines: LiteralLines | None = None if _module is None else _module.literal_lines
 MAX_NEEDLES = 16  # literal_lines takes at most this many
+# write_pieces(fd, data, piece) -> bytes written: the pumps' writer's loop of write(2) calls
+# in C, the GIL released over all of them (supervise/shell/child.py); stops at EAGAIN.
+write_pieces: Callable[[int, bytes, int], int] | None = (
+    None if _module is None else _module.write_pieces)
 # rules/logline.quotes_closed in C (a str with a lone surrogate raises UnicodeEncodeError:
 # read it in Python).
 quotes_closed: Callable[[str], bool] | None = None if _module is None else _module.quotes_closed

@@ -10,7 +10,8 @@ first: the early stop, `Child._put_lines`):
   the scan on the scanner's thread 3.4M and 2.4M, every run above every run of the other,
   and less CPU: bench/README.md, "The log path, fifth round");
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink
-  (WRITE_PIECE bytes per write);
+  (WRITE_PIECE bytes per write; to a plain file's descriptor in C, the GIL released over a
+  whole chunk's writes: `_put_out`);
 - one scanner per pipe: scans each chunk (LineReader.scan: Hyperscan, which runs without the
   GIL) and reads its lines (rules/linereader.py: with a scan, only the lines a hit ends in
   are read), at most SCAN_BEHIND chunks behind the reader, which waits for it past that (the
@@ -54,6 +55,7 @@ import contextlib
 import ctypes
 import fcntl
 import functools
+import io
 import itertools
 import os
 import queue
@@ -69,6 +71,7 @@ from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.common.shell.threadname import name_this_thread
 from sglang_guard.errors import InputError
 from sglang_guard.rules.linereader import Find, Line, LineReader
+from sglang_guard.rules.linescan import write_pieces
 from sglang_guard.rules.logline import LINE_CAP
 from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
 from sglang_guard.supervise.shell.eventqueue import EventQueue
@@ -174,6 +177,7 @@ class _Pump:
         self._queued = 0
         self._turn = threading.Lock()
         self.sink_error: OSError | ValueError | None = None
+        self._fd = _plain_fd(sink)
         self.reader = threading.Thread(target=self._read, name=f"child-{gen}-{stream}-reader")
         self.writer = threading.Thread(target=self._write, name=f"child-{gen}-{stream}-writer")
         self.scanner = threading.Thread(target=self._scan, name=f"child-{gen}-{stream}-scanner")
@@ -265,7 +269,19 @@ class _Pump:
             self._trim()
 
     def _put_out(self, chunk: bytes) -> None:
-        """Write `chunk` to the sink, WRITE_PIECE bytes per write, and flush it."""
+        """Write `chunk` to the sink, WRITE_PIECE bytes per write, and flush it.
+
+        A plain file object's descriptor (`_fd`) is written in C (linescan.write_pieces),
+        the GIL released over all of a chunk's writes, the sink flushed first (whatever was
+        written to it before goes out before). In Python each write took the GIL back, and
+        waited for it behind the threads reading lines; a non-blocking sink that fills up
+        takes the rest as before."""
+        if self._fd is not None and len(chunk) > WRITE_PIECE and write_pieces is not None:
+            self._sink.flush()
+            done = write_pieces(self._fd, chunk, WRITE_PIECE)
+            if done == len(chunk):
+                return
+            chunk = chunk[done:]
         if len(chunk) <= WRITE_PIECE:
             self._sink.write(chunk)
         else:
@@ -273,6 +289,18 @@ class _Pump:
                 for at in range(0, len(chunk), WRITE_PIECE):
                     self._sink.write(view[at:at + WRITE_PIECE])
         self._sink.flush()
+
+
+def _plain_fd(sink: BinaryIO) -> int | None:
+    """The descriptor of a plain file object (the guard's own stdout and stderr), which the
+    writer may write to directly; None for anything else (a test's sink, a closed file)
+    and where the C is not built."""
+    if write_pieces is None or type(sink) not in (io.BufferedWriter, io.FileIO):
+        return None
+    try:
+        return sink.fileno()
+    except (OSError, ValueError):
+        return None
 
 
 class Child:
