@@ -96,7 +96,7 @@ class LineReader:
     def scan(self, chunk: bytes) -> Hits | None:
         """`find(chunk)`, and the lines with an ESC or NUL byte, which `feed(chunk, hits)`
         then reads: any thread may scan, and hand the chunk on to the one that feeds (the
-        child's pumps scan on the thread that feeds: supervise/shell/child.py). None:
+        child's pumps scan on the reader: supervise/shell/child.py). None:
         nothing to scan (no `find`, or no line ends here)."""
         if self._find is None or (last := chunk.rfind(b"\n")) < 0:
             return None

@@ -3,22 +3,25 @@
 Threads per launch (all daemons; they put events and decide nothing, except that a reader
 or scanner whose lines the caught-up loop will stop the child for sends the SIGTERM itself,
 first: the early stop, `Child._put_lines`):
-- one reader per pipe: reads bytes (READ_CHUNK at a time) and hands each chunk to its
-  writer and its scanner, nothing more: in a flood it keeps the pipe drained while the
-  scanner scans (measured alternated on the 16-core H200 host, 4M lines, 4 runs each: the
-  reader scanning too held the log mix at 2.8M lines/s and the near-miss mix at 1.9M; with
-  the scan on the scanner's thread 3.4M and 2.4M, every run above every run of the other,
-  and less CPU: bench/README.md, "The log path, fifth round");
+- one reader per pipe: reads bytes (READ_CHUNK at a time), scans each chunk
+  (LineReader.scan: past the start, the running phase's literals in C with the GIL released
+  and no Python per hit; and the lines with an ESC or NUL) and hands it, with what the scan
+  found, to its writer and its scanner. While the scan was Hyperscan's, which takes the GIL
+  for a Python call per hit, the reader scanning too was slower (bench/README.md, "The log
+  path, fifth round"); with the C scan, measured alternated on a 16-core device host (4M
+  lines, 5 runs an arm), the log mix went from 8.99M to 9.69M lines/s and the near-miss mix
+  from 6.44M to 6.93M, the scanner then only reading lines; on 2 cores no change beyond
+  the spread (bench/README.md, "The log path, tenth round");
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink
   (WRITE_PIECE bytes per write; to a plain file's descriptor in C, the GIL released over a
   whole chunk's writes: `_put_out`);
-- one scanner per pipe: scans each chunk (LineReader.scan: Hyperscan, which runs without the
-  GIL) and reads its lines (rules/linereader.py: with a scan, only the lines a hit ends in
-  are read), at most SCAN_BEHIND chunks behind the reader, which waits for it past that (the
-  child then waits in `write`). When the scanner has read every chunk handed to it and a
-  read came back short of READ_CHUNK (the pipe drained: the child is not ahead), the reader
-  scans and reads that chunk's lines itself, in the same order: a quiet stream's fatal line
-  then costs no hand-off between threads (measured: ~0.1-0.2 ms of the idle reaction);
+- one scanner per pipe (named "scan"): reads each chunk's lines (rules/linereader.py: with a
+  scan, only the lines a hit ends in are read), at most SCAN_BEHIND chunks behind the
+  reader, which waits for it past that (the child then waits in `write`). When the scanner
+  has read every chunk handed to it and a read came back short of READ_CHUNK (the pipe
+  drained: the child is not ahead), the reader reads that chunk's lines itself, in the same
+  order: a quiet stream's fatal line then costs no hand-off between threads (measured:
+  ~0.1-0.2 ms of the idle reaction);
 - one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
   single `ChildExited` -- every `ChildLine` of a launch is on the queue before it, and it
   carries the last exception line either stream's reader read (LineReader.last_exception).
@@ -42,7 +45,7 @@ chunks otherwise: after a 200 MB start-up flood to a file the guard's steady RSS
 50-145 MiB against 34 without one (bench/README.md, "Memory after a flood"). A stream that is
 never quiet that long is not trimmed (its next burst would fault the pages in again).
 
-The scanner's work per chunk is the scan and the lines it hits; a chunk with no hit costs no
+The scanner's work per chunk is the lines the scan hit; a chunk with no hit costs no
 per-line work, and a fatal line costs the lines it is in, not its chunk.
 
 If a descendant keeps the pipes open after the main process died, EOF -- and so
@@ -70,7 +73,7 @@ from typing import IO, BinaryIO
 from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.common.shell.threadname import name_this_thread
 from sglang_guard.errors import InputError
-from sglang_guard.rules.linereader import Find, Line, LineReader
+from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
 from sglang_guard.rules.linescan import write_pieces
 from sglang_guard.rules.logline import LINE_CAP
 from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
@@ -169,7 +172,7 @@ class _Pump:
         # before SGLang's first record nothing a client sent can be in it.
         self.lines = LineReader(cap, find, keep, ticket, on_stage)
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._scans: queue.Queue[bytes | None] = queue.Queue(SCAN_BEHIND)
+        self._scans: queue.Queue[tuple[bytes, Hits | None] | None] = queue.Queue(SCAN_BEHIND)
         self._pending = 0  # bytes read but not yet written
         self._cond = threading.Condition()
         # Chunks handed to the scanner whose lines it has not read yet (under `_turn`): at
@@ -212,10 +215,11 @@ class _Pump:
                     inline = self._queued == 0 and len(chunk) < READ_CHUNK
                     if not inline:
                         self._queued += 1
+                hits = self.lines.scan(chunk)  # past the start in C, without the GIL
                 if inline:  # the scanner has read every chunk before: no hand-off, in order
-                    self._lines_of(chunk)
+                    self._lines_of(chunk, hits)
                 else:
-                    self._scans.put(chunk)  # scanned there: the reader reads on
+                    self._scans.put((chunk, hits))  # its lines read there: the reader reads on
         finally:
             self._chunks.put(None)
             self._scans.put(None)
@@ -225,14 +229,14 @@ class _Pump:
         self._named("scan")
         if self._warm is not None:
             self._warm()
-        while (chunk := self._scans.get()) is not None:
-            self._lines_of(chunk)
+        while (handed := self._scans.get()) is not None:
+            self._lines_of(*handed)
             with self._turn:
                 self._queued -= 1
         self._put(self.lines.close())  # a last line without a newline still counts
 
-    def _lines_of(self, chunk: bytes) -> None:
-        self._put(self.lines.feed(chunk, self.lines.scan(chunk)))
+    def _lines_of(self, chunk: bytes, hits: Hits | None) -> None:
+        self._put(self.lines.feed(chunk, hits))
         if self._on_chunk is not None:  # after the chunk's lines: a fatal one goes first
             self._on_chunk(self._stream, chunk)
 
