@@ -1,13 +1,14 @@
-"""What the guard's scan thread costs per million lines on this machine, in-process.
+"""What the guard's scan and line reading cost per million lines on this machine, in-process.
 
     python bench/h200/scan_cost.py [--lines 1000000] [--rounds 3]
 
 For each pass-through mix (bench/compare/pass_through.py's corpus, running phase, the full
-default pack, 256 KiB chunks as the pumps read them): the block scan alone (Hyperscan, no
-GIL), the line reader alone (Python, and rules/_linescan.c's search and walk), and both on
-a thread fed over a bounded queue as supervise/shell/child.py's scanner is. CPU seconds per
-million lines; the pass-through cannot go faster than one over the threaded figure
-(`bench/run`'s "guard scan thread" rows show how near it comes).
+default pack, 256 KiB chunks as the pumps read them): the block scan alone (the running
+phase's literals in C where built, else Hyperscan; no GIL either way), the line reader
+alone (Python, and rules/_linescan.c's search and walk), and both on one thread fed over a
+bounded queue, as the pumps' scanner thread did them both until the reader took the scan
+(supervise/shell/child.py). CPU seconds per million lines; the scanner thread now does the
+"lines" part (`bench/run`'s "guard scan thread" rows show how busy it is).
 """
 
 from __future__ import annotations
