@@ -21,9 +21,13 @@ import psutil
 import pytest
 
 from sglang_guard.errors import InputError
+from sglang_guard.rules.linereader import Hits, Line, LineReader
+from sglang_guard.rules.logline import LINE_CAP
+from sglang_guard.rules.rules import Matcher, load_default_packs
 from sglang_guard.supervise.events import ChildExited
 from sglang_guard.supervise.shell import child as child_module
 from sglang_guard.supervise.shell.child import TRIM_AFTER, WRITE_PIECE, Child
+from sglang_guard.supervise.shell.supervisor import keeps
 from support.children import FAKE, BlockingSink, HashSink, collect, fake_argv, next_line
 from support.procs import survivors, wait_gone
 
@@ -116,6 +120,41 @@ def test_a_file_sink_is_written_in_c_after_what_it_held(spawn, events, tmp_path,
         assert calls
         assert set(calls) == {(out.fileno(), WRITE_PIECE)}
     assert path.read_bytes() == b"held in the buffer\n" + rand(3 * MB, 3)
+
+
+@pytest.mark.parametrize("on_reader", [True, False], ids=["reader-scans", "scanner-scans"])
+def test_a_scanned_stream_yields_the_same_lines_whichever_thread_scans(events, tmp_path,
+                                                                       on_reader):
+    # `scan_on_reader`: the reader scans a chunk before handing it on (a scan without the
+    # GIL per hit), or the thread that reads its lines does: the same lines either way.
+    matcher = Matcher(load_default_packs())
+    matcher.prepare_scan()
+
+    def find(block: bytes) -> Hits:
+        return matcher.line_scan(block, False)
+
+    def keep(line: Line) -> bool:
+        return keeps(matcher, line)
+
+    filler = b"".join(b"[2026-12-06 05:00:00] Decode batch. #running-req: %d\n" % i
+                      for i in range(12000))
+    data = (filler + b"\x1b[31m[2026-12-06 05:00:01] Scheduler hit an exception: boom\x1b[0m\n"
+            + b"Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: x\n"
+            + filler + b"[2026-12-06 05:00:02] Scheduler hit an exception: again\n")
+    want = LineReader(LINE_CAP, find, keep).feed(data)
+    assert len(want) == 2
+    source = tmp_path / "out.bin"
+    source.write_bytes(data)
+    write = f"import sys; sys.stdout.buffer.write(open({str(source)!r}, 'rb').read())"
+    child = Child.spawn([sys.executable, "-c", write], gen=1, events=events,
+                        stdout_sink=io.BytesIO(), stderr_sink=io.BytesIO(), find=find,
+                        keep=keep, warm=matcher.warm_thread, scan_on_reader=lambda: on_reader)
+    try:
+        lines, _ = collect(events)
+        assert child.join(20)
+    finally:
+        child.stop(0.0, timeout=10)
+    assert [line.text for line in lines if line.stream == "stdout"] == [w.text for w in want]
 
 
 def test_a_100_mb_line_passes_whole_and_is_matched_on_its_head(spawn, events):

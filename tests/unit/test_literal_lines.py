@@ -230,3 +230,13 @@ def test_a_set_with_one_regex_or_too_many_literals_is_not_searched_as_literals()
                                ) is None
     # a pattern cut before its `.*`, as the per-line Hyperscan set cuts it
     assert blockscan._literals(("abc.*def",)) == ((b"abc",) if linescan.compiled else None)
+
+
+def test_the_pumps_scan_on_the_reader_only_where_the_scan_takes_no_gil() -> None:
+    """Matcher.scan_takes_gil: while starting the set is on Hyperscan (a Python call per hit,
+    under the GIL: the thread reading lines scans); past the start, the literals in C."""
+    matcher = Matcher(load_default_packs())
+    matcher.prepare_scan()
+    assert matcher.scan_takes_gil(True)
+    assert matcher.scan_takes_gil(False) == (not linescan.compiled)
+    assert Matcher(load_default_packs(), accelerate=False).scan_takes_gil(False)

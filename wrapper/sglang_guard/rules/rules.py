@@ -178,6 +178,12 @@ class Matcher:
                 scan.line_ends(b"\n")
         tracebacks.warm_thread()
 
+    def scan_takes_gil(self, starting: bool) -> bool:
+        """Whether `line_scan` in that phase takes the GIL per hit (Hyperscan's callbacks, or
+        RE2): the pumps scan such a chunk on the thread that reads its lines, and one the C
+        searches (a set of plain literals) on the reader (supervise/shell/child.py)."""
+        return (self._lines if starting else self._lines_running).engine != "literals"
+
     def line_scan(self, block: bytes, starting: bool) -> Hits:
         """The lines of `block` the reader must read, by the offset just past each one's
         newline (unsorted, perhaps repeated; a superset): those a rule's pattern (or, while

@@ -3,10 +3,12 @@
 Threads per launch (all daemons; they put events and decide nothing, except that a reader
 or scanner whose lines the caught-up loop will stop the child for sends the SIGTERM itself,
 first: the early stop, `Child._put_lines`):
-- one reader per pipe: reads bytes (READ_CHUNK at a time), scans each chunk
-  (LineReader.scan: past the start, the running phase's literals in C with the GIL released
-  and no Python per hit; and the lines with an ESC or NUL) and hands it, with what the scan
-  found, to its writer and its scanner. While the scan was Hyperscan's, which takes the GIL
+- one reader per pipe: reads bytes (READ_CHUNK at a time), scans each chunk where the scan
+  takes no GIL per hit (`scan_on_reader`; LineReader.scan: past the start, the running
+  phase's literals in C; and the lines with an ESC or NUL) and hands it, with what the scan
+  found, to its writer and its scanner (while starting, Hyperscan's set, which calls back
+  into Python per hit, is scanned on the scanner thread: on the reader a start-up flood of
+  near-miss lines ran 18% slower, 2 cores). While the scan was Hyperscan's, which takes the GIL
   for a Python call per hit, the reader scanning too was slower (bench/README.md, "The log
   path, fifth round"); with the C scan, measured alternated on a 16-core device host (4M
   lines, 5 runs an arm), the log mix went from 8.99M to 9.69M lines/s and the near-miss mix
@@ -161,8 +163,10 @@ class _Pump:
         on_stage: Callable[[str], None] | None = None,
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
+        scan_on_reader: Callable[[], bool] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
+        self._scan_on_reader = scan_on_reader
         self._gen = gen
         self._on_chunk, self._warm = on_chunk, warm
         self._budget = budget
@@ -215,7 +219,9 @@ class _Pump:
                     inline = self._queued == 0 and len(chunk) < READ_CHUNK
                     if not inline:
                         self._queued += 1
-                hits = self.lines.scan(chunk)  # past the start in C, without the GIL
+                # past the start in C, without the GIL; else on the thread that reads lines
+                hits = (self.lines.scan(chunk) if self._scan_on_reader is None
+                        or self._scan_on_reader() else None)
                 if inline:  # the scanner has read every chunk before: no hand-off, in order
                     self._lines_of(chunk, hits)
                 else:
@@ -326,6 +332,7 @@ class Child:
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
         stops_at: Callable[[Sequence[ChildLine]], bool] | None = None,
+        scan_on_reader: Callable[[], bool] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
             raise ValueError("the child must be spawned with both pipes")
@@ -341,6 +348,7 @@ class Child:
         # One count for both streams: the exception line read last, on either, is the crash's.
         make = functools.partial(_Pump, gen=gen, emit=self._put_lines, cap=cap, budget=budget,
                                  find=find, keep=keep, on_chunk=on_chunk,
+                                 scan_on_reader=scan_on_reader,
                                  ticket=itertools.count(1).__next__, on_stage=on_stage,
                                  warm=warm, trim=trim)
         self._pumps = (
@@ -374,6 +382,7 @@ class Child:
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
         stops_at: Callable[[Sequence[ChildLine]], bool] | None = None,
+        scan_on_reader: Callable[[], bool] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
 
@@ -392,6 +401,10 @@ class Child:
         (supervise/machine.stops_at over its state); with `events` an EventQueue, a reader
         then sends the tree its SIGTERM before the loop steps them (the early stop: see
         `_put_lines`). None: the loop alone stops the child.
+
+        `scan_on_reader()`: whether a reader scans the chunk it reads now, before handing it
+        on (a scan that takes no GIL per hit: rules/rules.Matcher.scan_takes_gil); else the
+        thread that reads its lines scans it. None: the readers always scan.
         """
         if events.maxsize:
             raise ValueError("the event queue must be unbounded: readers never wait on it")
@@ -423,6 +436,7 @@ class Child:
             warm=warm,
             trim=trim,
             stops_at=stops_at,
+            scan_on_reader=scan_on_reader,
         )
 
     def _put_lines(self, stream: Stream, lines: list[Line]) -> None:

@@ -392,6 +392,12 @@ class Supervisor:
 
         return find
 
+    def _scan_on_reader(self) -> bool:
+        """The pumps' readers ask this per chunk: may the reader scan it (the current phase's
+        scan takes no GIL per hit), or does the thread that reads its lines? A stale phase
+        only moves the scan to the other thread."""
+        return not self.rt.env.matcher.scan_takes_gil(self.state.phase == "starting")
+
     def _stage_sink(self, gen: int) -> Callable[[str], None]:
         """Where a launch's line readers put the start-up stages its output's markers name."""
 
@@ -502,7 +508,8 @@ class Supervisor:
                                  on_chunk=self._chunk_watcher(action.gen),
                                  on_stage=self._stage_sink(action.gen),
                                  warm=self._warm_pump,
-                                 stops_at=self._stops_at)
+                                 stops_at=self._stops_at,
+                                 scan_on_reader=self._scan_on_reader)
         self._snapshot_tree()
         self.log.info("child.start", gen=action.gen, pid=self.child.pid)
 
