@@ -17,13 +17,13 @@ first: the early stop, `Child._put_lines`):
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink
   (WRITE_PIECE bytes per write; to a plain file's descriptor in C, the GIL released over a
   whole chunk's writes: `_put_out`);
-- one scanner per pipe (named "scan"): reads each chunk's lines (rules/linereader.py: with a
-  scan, only the lines a hit ends in are read), at most SCAN_BEHIND chunks behind the
-  reader, which waits for it past that (the child then waits in `write`). When the scanner
-  has read every chunk handed to it and a read came back short of READ_CHUNK (the pipe
-  drained: the child is not ahead), the reader reads that chunk's lines itself, in the same
-  order: a quiet stream's fatal line then costs no hand-off between threads (measured:
-  ~0.1-0.2 ms of the idle reaction);
+- one scanner per pipe (named "scan"): reads each chunk's lines, scanning it first where the
+  reader did not (rules/linereader.py: with a scan, only the lines a hit ends in are read),
+  at most SCAN_BEHIND chunks behind the reader, which waits for it past that (the child then
+  waits in `write`). When the scanner has read every chunk handed to it and a read came back
+  short of READ_CHUNK (the pipe drained: the child is not ahead), the reader reads that
+  chunk's lines itself, in the same order: a quiet stream's fatal line then costs no
+  hand-off between threads (measured: ~0.1-0.2 ms of the idle reaction);
 - one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
   single `ChildExited` -- every `ChildLine` of a launch is on the queue before it, and it
   carries the last exception line either stream's reader read (LineReader.last_exception).
