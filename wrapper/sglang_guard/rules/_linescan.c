@@ -796,7 +796,7 @@ static void choose_anchors(Needle *n) {
     for (Py_ssize_t i = 0; i < n->len; i++) {
         if (i == best)
             continue;
-        /* a different byte if there is one, then the rarer, then the farther */
+        /* a different byte if there is one, then the rarer; on a tie the first */
         int d_i = n->bytes[i] != n->bytes[best], d_s = n->bytes[second] != n->bytes[best];
         if (second == best || d_i > d_s
             || (d_i == d_s && rarity(n->bytes[i]) < rarity(n->bytes[second])))

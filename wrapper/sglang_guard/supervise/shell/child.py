@@ -6,11 +6,10 @@ first: the early stop, `Child._put_lines`):
 - one reader per pipe: reads bytes (READ_CHUNK at a time), scans each chunk where the scan
   takes no GIL per hit (`scan_on_reader`; LineReader.scan: past the start, the running
   phase's literals in C; and the lines with an ESC or NUL) and hands it, with what the scan
-  found, to its writer and its scanner (while starting, Hyperscan's set, which calls back
-  into Python per hit, is scanned on the scanner thread: on the reader a start-up flood of
-  near-miss lines ran 18% slower, 2 cores). While the scan was Hyperscan's, which takes the GIL
-  for a Python call per hit, the reader scanning too was slower (bench/README.md, "The log
-  path, fifth round"); with the C scan, measured alternated on a 16-core device host (4M
+  found, to its writer and its scanner. A scan on Hyperscan, which takes the GIL for a
+  Python call per hit (while starting), is slower on the reader and is left to the scanner
+  (bench/README.md, "The log path, fifth round"; a start-up flood of near-miss lines ran 18%
+  slower there, 2 cores); with the C scan, measured alternated on a 16-core device host (4M
   lines, 5 runs an arm), the log mix went from 8.99M to 9.69M lines/s and the near-miss mix
   from 6.44M to 6.93M, the scanner then only reading lines; on 2 cores no change beyond
   the spread (bench/README.md, "The log path, tenth round");
