@@ -50,4 +50,5 @@ def reader(matcher: Matcher | None, phase: str = "starting") -> LineReader:
         return LineReader(LINE_CAP)
     sup = reader_side(matcher, phase)
     return LineReader(LINE_CAP, Supervisor._scan(sup),
-                      lambda line: Supervisor._keep(sup, line))
+                      lambda line: Supervisor._keep(sup, line),
+                      quick=lambda hits: Supervisor._quick(sup, hits))

@@ -23,6 +23,7 @@ import pytest
 
 from sglang_guard.rules import linescan
 from sglang_guard.rules import tracebacks as tb
+from sglang_guard.rules.quick import Quick
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 LOGS = sorted((DATA / "sglang-logs").glob("*.log"))
@@ -372,15 +373,19 @@ def test_the_walk_refuses_arguments_out_of_range(args: tuple[int, bytes, int, in
 # checked line whose head is not plain ASCII. Its definition is tracebacks._read_walk (C off).
 
 def read_walk_py(state: str, block: bytes, start: int, cap: int, reads: list[int],
-                 checks: list[int], monkeypatch: pytest.MonkeyPatch
+                 checks: list[int], monkeypatch: pytest.MonkeyPatch, quick: Quick | None = None
                  ) -> tuple[str, list[tb.Stepped], list[tuple[int, int, str]]]:
     found: list[tuple[int, int, str]] = []
     with monkeypatch.context() as patched:
         patched.setattr(linescan, "advance", None)
         patched.setattr(linescan, "first_line", None)
         after, steps = tb._read_walk(state, block, (start, len(block)), cap, found,
-                                     reads=reads, checks=checks)
+                                     reads=reads, checks=checks, quick=quick)
     return after, steps, found
+
+
+# The quick no's literals for the walks below (rules/quick.py): pieces of the soups.
+QUICKS = (None, Quick((b"Error", b"ValueError: x", b"'"), (b"Finish",)))
 
 
 def read_walks_agree(block: bytes, rng: random.Random, monkeypatch: pytest.MonkeyPatch,
@@ -397,12 +402,14 @@ def read_walks_agree(block: bytes, rng: random.Random, monkeypatch: pytest.Monke
             for state in tb.STATES:
                 for cap in caps:
                     found: list[tuple[int, int, str]] = []
+                    quick = rng.choice(QUICKS)
                     done = tb.read_walk(state, block, (start, len(block)), cap, found,
-                                        reads=reads, checks=checks)
+                                        reads=reads, checks=checks, quick=quick)
                     if done is None:
                         assert not _plain(block, start, len(block)), (state, reads, checks)
                         continue
-                    want = read_walk_py(state, block, start, cap, reads, checks, monkeypatch)
+                    want = read_walk_py(state, block, start, cap, reads, checks, monkeypatch,
+                                        quick)
                     assert (*done, found) == want, (state, cap, reads, checks, block[start:][:400])
                     steps = done[1]
                     if len(steps) < len(checks):

@@ -349,7 +349,8 @@ def test_past_the_start_the_reader_keeps_every_line_a_running_rule_reads(seed: i
         for matcher in (FAST, SLOW):
             live = reader_side(matcher, "running")
             reader = LineReader(LINE_CAP, Supervisor._scan(live),
-                                lambda line, live=live: Supervisor._keep(live, line))
+                                lambda line, live=live: Supervisor._keep(live, line),
+                                quick=lambda hits, live=live: Supervisor._quick(live, hits))
             chunks = _chunkings(data, rng)
             got = [line for i, chunk in enumerate(chunks) for line in fed(reader, chunk, i)]
             got += reader.close()
@@ -374,7 +375,8 @@ def test_a_chunk_scanned_before_a_reload_is_checked_whole_by_the_new_pack() -> N
     scanned = reader_side(old)
     checked = reader_side(new)
     reader = LineReader(LINE_CAP, Supervisor._scan(scanned),
-                        lambda line: Supervisor._keep(checked, line))
+                        lambda line: Supervisor._keep(checked, line),
+                        quick=lambda hits: Supervisor._quick(checked, hits))
     data = b"".join(STORED[name][0] for name in sorted(STORED))
     rng = random.Random(7)  # noqa: S311 - test data, not secrets
     got = [line for i, chunk in enumerate(_chunkings(data, rng))

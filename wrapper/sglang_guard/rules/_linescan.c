@@ -618,9 +618,208 @@ static PyObject *advance(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* ---- the quick no: a checked line that no rule of a literal set can take ---------------------
+
+   rules/quick.may_keep is the definition: a line the reader checks (plain ASCII, its text
+   t[0:n], `own` step's answer for it) may be one the supervisor's `keeps` takes only if one of
+   the `present` literals is in it, or, where logline.error_text finds its error text, one of
+   the `fatal` literals (each fatal rule's pattern starts with its own) starts that text (a
+   plain record's message) or starts at a place of it outside quotes (rules.QUOTE_LEAD, which
+   reads the text from its start without a choice: a quote runs to the first unescaped quote
+   like it, a backslash takes the byte after it). The regexes of error_text, each read here
+   without backtracking, as said beside it; tests/unit/test_quick.py holds the two equal. */
+
+#define MAX_QUICK 16
+
+typedef struct {
+    const unsigned char *bytes;
+    Py_ssize_t len;
+} Lit;
+
+typedef struct {
+    Lit fatal[MAX_QUICK], present[MAX_QUICK];
+    Py_ssize_t n_fatal, n_present;
+} Quick;
+
+static int lit_at(const unsigned char *t, Py_ssize_t n, Py_ssize_t r, const Lit *l) {
+    return l->len <= n - r && memcmp(t + r, l->bytes, (size_t)l->len) == 0;
+}
+
+/* logline._COLLECTOR at t[0:n]: [\w.-]{1,64}\s{1,16}\| ; where it ends, or 0. The two
+   classes share no byte and neither holds "|": a run longer than its bound leaves a byte of
+   its own class where the next part must start, so each run is taken whole. */
+static Py_ssize_t collector_end(const unsigned char *t, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n && (ascii_word(t[i]) || t[i] == '.' || t[i] == '-'))
+        i++;
+    if (i < 1 || i > 64)
+        return 0;
+    Py_ssize_t j = i;
+    while (j < n && ws(t[j]))
+        j++;
+    if (j - i < 1 || j - i > 16 || n - j < 2 || t[j] != '|' || t[j + 1] != ' ')
+        return 0;
+    return j + 2;
+}
+
+/* logline._ERROR_LEVEL at t[0:n]: (?:ERROR|CRITICAL):\s{1,16}; where it ends (at most 16
+   blanks taken), or -1. */
+static Py_ssize_t level_end(const unsigned char *t, Py_ssize_t n) {
+    Py_ssize_t i;
+    if (n >= 6 && memcmp(t, "ERROR:", 6) == 0)
+        i = 6;
+    else if (n >= 9 && memcmp(t, "CRITICAL:", 9) == 0)
+        i = 9;
+    else
+        return -1;
+    Py_ssize_t j = i;
+    while (j < n && j - i < 16 && ws(t[j]))
+        j++;
+    return j > i ? j : -1;
+}
+
+static Py_ssize_t name_run(const unsigned char *t, Py_ssize_t i, Py_ssize_t n) {
+    while (i < n && !ws(t[i]) && t[i] != ':')
+        i++;
+    return i;
+}
+
+/* logline._ARGPARSE at t[0:n]: [^\s:]{1,128}(?: [^\s:]{1,128})?: (?=error: ); where it ends,
+   or -1. Each run is taken whole (a shorter one leaves a byte of its class, neither " " nor
+   ":", where the next part must start); after the first comes " " (the second run) or ":". */
+static Py_ssize_t argparse_end(const unsigned char *t, Py_ssize_t n) {
+    Py_ssize_t e = name_run(t, 0, n);
+    if (e < 1 || e > 128)
+        return -1;
+    if (e < n && t[e] == ' ') {
+        Py_ssize_t j = name_run(t, e + 1, n);
+        if (j - (e + 1) < 1 || j - (e + 1) > 128)
+            return -1;
+        e = j;
+    }
+    return n - e >= 9 && memcmp(t + e, ": error: ", 9) == 0 ? e + 2 : -1;
+}
+
+/* logline.error_text(t[0:n], own): 1 and where the text starts, and whether a rule must
+   match at its start (*at_start); 0: none (`own` is known here: never None). */
+static int error_text_at(const unsigned char *t, Py_ssize_t n, int own, Py_ssize_t *at,
+                         int *at_start) {
+    Py_ssize_t c = collector_end(t, n);
+    const unsigned char *l = t + c;
+    Py_ssize_t ln = n - c, rec = record_end(l, ln), rest = rec >= 0 ? rec : 0;
+    Py_ssize_t level = level_end(l + rest, ln - rest);
+    *at_start = 0;
+    if (level >= 0) {
+        *at = c + rest + level;
+        return 1;
+    }
+    if (rec >= 0) {
+        *at = c + rest;
+        *at_start = 1;
+        return 1;
+    }
+    if (own) {
+        *at = c;
+        return 1;
+    }
+    Py_ssize_t arg = argparse_end(l, ln);
+    if (arg < 0)
+        return 0;
+    *at = c + arg;
+    return 1;
+}
+
+static int fatal_at(const unsigned char *t, Py_ssize_t n, Py_ssize_t r, const Quick *q) {
+    for (Py_ssize_t k = 0; k < q->n_fatal; k++)
+        if (lit_at(t, n, r, &q->fatal[k]))
+            return 1;
+    return 0;
+}
+
+/* Whether a fatal literal starts at a place of t[0:n] outside quotes (rules.QUOTE_LEAD). */
+static int fatal_outside(const unsigned char *t, Py_ssize_t n, const Quick *q) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        if (fatal_at(t, n, i, q))
+            return 1;
+        unsigned char c = t[i];
+        if (c == '\\') {
+            i += 2; /* past the end: no place left (a lone last backslash ends the lead) */
+            continue;
+        }
+        if (c != '\'' && c != '"') {
+            i++;
+            continue;
+        }
+        Py_ssize_t j = i + 1;
+        while (j < n && t[j] != c)
+            j += t[j] == '\\' ? 2 : 1;
+        if (j >= n)
+            return 0; /* the quote does not close: the lead cannot pass it */
+        i = j + 1;
+    }
+    return 0;
+}
+
+static int may_keep(const unsigned char *t, Py_ssize_t n, int own, const Quick *q) {
+    for (Py_ssize_t k = 0; k < q->n_present; k++)
+        if (q->present[k].len <= n && memmem(t, (size_t)n, q->present[k].bytes,
+                                             (size_t)q->present[k].len) != NULL)
+            return 1;
+    Py_ssize_t at;
+    int at_start;
+    if (!error_text_at(t, n, own, &at, &at_start))
+        return 0;
+    return at_start ? fatal_at(t + at, n - at, 0, q) : fatal_outside(t + at, n - at, q);
+}
+
+/* `quick` (None, or (fatal, present): two sequences of at most MAX_QUICK non-empty bytes) into
+   *q, its buffers into held[] (*held_n of them, to release); 0: an error is set. */
+static int quick_args(PyObject *quick, Quick *q, Py_buffer *held, Py_ssize_t *held_n) {
+    *held_n = 0;
+    q->n_fatal = q->n_present = 0;
+    if (quick == NULL || quick == Py_None)
+        return 1;
+    if (!PyTuple_Check(quick) || PyTuple_Size(quick) != 2) {
+        PyErr_SetString(PyExc_TypeError, "read_walk: quick must be None or (fatal, present)");
+        return 0;
+    }
+    for (int part = 0; part < 2; part++) {
+        PyObject *seq = PyTuple_GetItem(quick, part);
+        Py_ssize_t count = seq == NULL ? -1 : PySequence_Size(seq);
+        if (count < 0)
+            return 0;
+        if (count > MAX_QUICK) {
+            PyErr_SetString(PyExc_ValueError, "read_walk: at most 16 quick literals a part");
+            return 0;
+        }
+        Lit *lits = part == 0 ? q->fatal : q->present;
+        for (Py_ssize_t k = 0; k < count; k++) {
+            PyObject *item = PySequence_GetItem(seq, k);
+            if (item == NULL)
+                return 0;
+            int bad = PyObject_GetBuffer(item, &held[*held_n], PyBUF_SIMPLE);
+            Py_DECREF(item);
+            if (bad)
+                return 0;
+            lits[k] = (Lit){held[*held_n].buf, held[*held_n].len};
+            ++*held_n;
+            if (lits[k].len < 1) {
+                PyErr_SetString(PyExc_ValueError, "read_walk: a quick literal is empty");
+                return 0;
+            }
+        }
+        if (part == 0)
+            q->n_fatal = count;
+        else
+            q->n_present = count;
+    }
+    return 1;
+}
+
 /* ---- read_walk: the reader's walk that also steps the lines it checks ----------------------
 
-   read_walk(state, block, start, end, cap, reads, checks)
+   read_walk(state, block, start, end, cap, reads, checks[, quick])
        -> (state, [(start, stop, text), ...], [(line, n, before, after, own), ...]) | None
 
    `advance` with `reads`, where the lines ending just before each offset of `checks` (ascending,
@@ -631,7 +830,10 @@ static PyObject *advance(PyObject *self, PyObject *args) {
    or a NUL) is not stepped: the walk ends at its start, and the answer holds the steps before
    it (fewer than `checks`) with the state there; the reader reads that line in Python and
    calls again past it. None as `advance`: a line the walk or a read must step is not plain
-   ASCII (the caller walks in Python). tracebacks._read_walk is the definition. */
+   ASCII (the caller walks in Python). tracebacks._read_walk is the definition.
+
+   `quick` (fatal, present): a checked line the quick no above turns away is answered with
+   n = -1 (its `keep` would not take it; the reader asks nothing of it). */
 
 typedef struct {
     Py_ssize_t line, n;
@@ -643,24 +845,32 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t start, end, cap;
     int state;
-    PyObject *reads_arg, *checks_arg;
-    if (!PyArg_ParseTuple(args, "iy*nnnOO:read_walk", &state, &view, &start, &end, &cap,
-                          &reads_arg, &checks_arg))
+    PyObject *reads_arg, *checks_arg, *quick_arg = NULL;
+    if (!PyArg_ParseTuple(args, "iy*nnnOO|O:read_walk", &state, &view, &start, &end, &cap,
+                          &reads_arg, &checks_arg, &quick_arg))
         return NULL;
     if (!span_ok("read_walk", state, &view, start, end, cap))
         return NULL;
     const unsigned char *block = (const unsigned char *)view.buf;
-    Py_ssize_t *reads = NULL, *checks = NULL, n_reads, n_checks;
+    Py_ssize_t *reads = NULL, *checks = NULL, n_reads, n_checks, n_held = 0;
     Step *steps = NULL;
-    if (!read_stops(reads_arg, block, start, end, &reads, &n_reads)
+    Quick quick;
+    Py_buffer held[2 * MAX_QUICK];
+    int quick_ok = quick_args(quick_arg, &quick, held, &n_held);
+    if (!quick_ok || !read_stops(reads_arg, block, start, end, &reads, &n_reads)
         || !read_stops(checks_arg, block, start, end, &checks, &n_checks)) {
         free(reads);
+        for (Py_ssize_t k = 0; k < n_held; k++)
+            PyBuffer_Release(&held[k]);
         PyBuffer_Release(&view);
         return NULL;
     }
+    int asks = quick_arg != NULL && quick_arg != Py_None;
     if (n_checks && (steps = malloc((size_t)n_checks * sizeof *steps)) == NULL) {
         free(reads);
         free(checks);
+        for (Py_ssize_t k = 0; k < n_held; k++)
+            PyBuffer_Release(&held[k]);
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
@@ -688,7 +898,8 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
             break;
         }
         if (check && after >= 0)
-            steps[done++] = (Step){line, n, before, after, own};
+            steps[done++] = (Step){line, asks && !may_keep(block + line, n, own, &quick) ? -1 : n,
+                                   before, after, own};
         else if (!check)
             r++;
         pos = stop;
@@ -726,6 +937,8 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
     }
     free(steps);
     free(found.at);
+    for (Py_ssize_t k = 0; k < n_held; k++)
+        PyBuffer_Release(&held[k]);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1089,9 +1302,9 @@ static PyMethodDef methods[] = {
      "rules/tracebacks.advance over block[start:end], reading the lines that end just before "
      "each of reads, or None where a line needs Python."},
     {"read_walk", read_walk, METH_VARARGS,
-     "read_walk(state, block, start, end, cap, reads, checks) -> (state, [(start, stop, text)], "
-     "[(line, n, before, after, own)]) | None: advance that also steps the checked lines, up to "
-     "the first whose head is not plain ASCII."},
+     "read_walk(state, block, start, end, cap, reads, checks[, quick]) -> (state, [(start, stop, "
+     "text)], [(line, n, before, after, own)]) | None: advance that also steps the checked lines, "
+     "up to the first whose head is not plain ASCII (n = -1: quick's no)."},
     {"first_line", first_line, METH_VARARGS,
      "first_line(block, start, end, kind, cap) -> int: the first line of block[start:end] that "
      "kind (0 frames, 1 message, 2 blank) takes, or -1."},

@@ -234,6 +234,12 @@ class BlockScan:
         return "hyperscan+re2" if done.rest_ids else "hyperscan"
 
     @property
+    def literals(self) -> tuple[bytes, ...] | None:
+        """Each pattern's line prefix as its bytes, where the set is searched as plain
+        literals (`engine` "literals", compiling first); else None."""
+        return self.compile().literals
+
+    @property
     def why(self) -> str | None:
         """Why some or all patterns are scanned by RE2 (None: none are)."""
         return self.compile().why

@@ -9,8 +9,10 @@ traceback tracker (rules/tracebacks.step) and checked by `keep` (the exact per-l
 matcher); between them the tracker's state moves over the unread lines at C speed
 (rules/tracebacks.advance), and the exception line that ends a traceback is read wherever
 it is. Where the C is built, one walk per chunk (rules/tracebacks.read_walk) also steps the
-checked lines whose head is plain ASCII, so that Python only cuts their text and asks `keep`.
-A hit costs the lines it is in, not the chunk.
+checked lines whose head is plain ASCII, so that Python only cuts their text and asks `keep`;
+with the scan's quick no (rules/quick.py, past the start: `Hits.quick`, where `keep` checks
+with the matcher that scanned) the walk also turns away the lines that only quote a fatal
+message, and Python asks nothing of them. A hit costs the lines it is in, not the chunk.
 
 The last exception line that ended a traceback is kept (`last_exception`, with a ticket
 that orders it against another stream's reader); it is returned as a line only when `keep`
@@ -37,6 +39,7 @@ from typing import NamedTuple
 
 from sglang_guard.rules import tracebacks
 from sglang_guard.rules.logline import clean
+from sglang_guard.rules.quick import Quick
 
 
 class Hits(NamedTuple):
@@ -53,6 +56,9 @@ class Hits(NamedTuple):
     # The lines with an ESC or NUL byte (by their ends, as `_dirty` finds them), where
     # `LineReader.scan` found them with the scan (None: `feed` looks for them).
     dirty: AbstractSet[int] | None = None
+    # The quick no for the lines `rules` names (rules/quick.py), where `by`'s exact check
+    # (rules/rules.Matcher.any_of) could take none that it turns away; None: none.
+    quick: Quick | None = None
 
 
 Find = Callable[[bytes], Hits]
@@ -79,12 +85,16 @@ class LineReader:
     def __init__(self, cap: int, find: Find | None = None,
                  keep: Callable[[Line], bool] | None = None,
                  ticket: Callable[[], int] | None = None,
-                 on_stage: Callable[[str], None] | None = None) -> None:
+                 on_stage: Callable[[str], None] | None = None, *,
+                 quick: Callable[[Hits], Quick | None] | None = None) -> None:
         """`find`: the scan (None: every line is read); `keep`: which read lines to return
         (None: all); `ticket`: numbers the exception lines in the order read, shared by the
         readers of one process's two streams (None: this reader's own count); `on_stage`:
-        told each stage a scan finds, in stream order, before the lines after it return."""
+        told each stage a scan finds, in stream order, before the lines after it return;
+        `quick`: given a chunk's hits, the quick no (rules/quick.py) whose no `keep` would
+        answer too for every line they name, if there is one (None: ask `keep`)."""
         self._cap, self._find, self._keep, self._on_stage = cap, find, keep, on_stage
+        self._quick = quick
         self._ticket = ticket or itertools.count(1).__next__
         self.state = tracebacks.UNKNOWN
         # The last exception line that ended a traceback (its cleaned head), and its ticket.
@@ -193,16 +203,22 @@ class LineReader:
         pos, last_end = span
         checks = [e for e in ends if e in checked]
         reads = [e for e in ends if e not in checked]
+        # The quick no, for lines whose rules the scan named (in C only ASCII lines, never
+        # one with an ESC or a NUL: their `maybe` is known).
+        quick = (None if self._quick is None or hits.rules is None or not checks
+                 else self._quick(hits))
         while checks or reads:
             found: list[tuple[int, int, str]] = []
             done = tracebacks.read_walk(self.state, chunk, (pos, last_end), self._cap, found,
-                                        reads=reads, checks=checks)
+                                        reads=reads, checks=checks, quick=quick)
             if done is None:
                 return pos
             self.state, steps = done
             if found:  # only the last one counts (no rule reads the unchecked ones)
                 self._exception(found[-1][2])
             for (line, size, before, after, own), end in zip(steps, checks, strict=False):
+                if size < 0:  # the quick no: `keep` would not take it
+                    continue
                 maybe = _maybe(hits, dirty, end)
                 taken = Line(chunk[line:line + size].decode("ascii"), end - 1 - line, own,
                              tracebacks.ends_frames(before, after), maybe,

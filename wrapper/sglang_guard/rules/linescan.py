@@ -20,7 +20,9 @@ pass-through bench's mixes from 0.049 to 0.035 CPU s per million lines (log mix)
 `read_walk(state, block, start, end, cap, reads, checks)`: `advance` that also steps the
 lines ending just before each offset of `checks`, the lines the reader checks, and answers
 each as `(line, n, before, after, own)` (tracebacks.read_walk), up to the first whose head is
-not plain ASCII; the reader then asks only `keep` of them in Python.
+not plain ASCII; the reader then asks only `keep` of them in Python. Given the quick no's
+literals (rules/quick.py), a checked line it turns away is answered with n = -1 and the
+reader asks nothing of it.
 
 `literal_lines(block, needles)`: `[(needle index, line end)]`, each complete line of `block`
 (by the offset just past its newline) that holds a needle (bytes, no newline), once per
@@ -49,7 +51,9 @@ FRAMES, MESSAGE, BLANK = 0, 1, 2
 Search = Callable[[bytes, int, int, int, int], int]
 Advance = Callable[[int, bytes, int, int, int, Sequence[int]],
                    "tuple[int, list[tuple[int, int, str]]] | None"]
-ReadWalk = Callable[[int, bytes, int, int, int, Sequence[int], Sequence[int]],
+# The last argument: None, or the quick no's literals (rules/quick.Quick.literals).
+ReadWalk = Callable[[int, bytes, int, int, int, Sequence[int], Sequence[int],
+                     "tuple[Sequence[bytes], Sequence[bytes]] | None"],
                     "tuple[int, list[tuple[int, int, str]], list[tuple[int, int, int, int, bool]]]"
                     " | None"]
 

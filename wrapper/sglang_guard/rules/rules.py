@@ -29,6 +29,7 @@ from sglang_guard.rules.blockscan import BlockScan, line_superset, unanchored
 from sglang_guard.rules.fixes import FIX_KINDS, Fix, MatchContext
 from sglang_guard.rules.linereader import Hits
 from sglang_guard.rules.logline import LINE_CAP, error_text
+from sglang_guard.rules.quick import Quick
 from sglang_guard.rules.rulepack import (
     RE2_OPTIONS,
     Conditions,
@@ -150,6 +151,8 @@ class Matcher:
         # again, three times (first_fix, advice_for, refired); a pure function of the line.
         self._recent: dict[tuple[str, bool | None], tuple[Rule, ...]] = {}
         self._recent_lock = threading.Lock()
+        self._quick: Quick | None = None  # `_quick_running`'s, once `_quick_built`
+        self._quick_built = False
 
     def prepare_scan(self) -> tuple[str, str | None]:
         """Compile both phases' scans now, not on the first chunk: the engine, and why not
@@ -199,7 +202,7 @@ class Matcher:
                 if i != header:
                     running.setdefault(end, []).append(self._running_ids[i])
             return Hits(running, [end for i, end in found if i == header], rules=running,
-                        by=self)
+                        by=self, quick=self._quick_running())
         found = self._lines.line_ends(block)
         first, stop = self._markers
         header = self._lines.size - 1  # the markers, the ready line, then the header
@@ -211,6 +214,22 @@ class Matcher:
         return Hits([end for i, end in found if not first <= i < stop and i != header],
                     [end for i, end in found if i == header],
                     last_stage(block, markers) if markers else None, rules, self)
+
+    def _quick_running(self) -> Quick | None:
+        """The quick no for the running phase's lines (rules/quick.py), where its scan is a
+        set of plain literals: the fatal rules' literals, and as `present` the non-fatal
+        rules' (`_among` searches the whole line for those) and the ready line (which the
+        supervisor's `keeps` takes wherever it is). None: not such a set."""
+        if not self._quick_built:
+            literals = self._lines_running.literals
+            if literals is not None:
+                rules = [(self.rules[i], literals[k]) for k, i in enumerate(self._running_ids)]
+                self._quick = Quick(
+                    tuple(lit for rule, lit in rules if rule.fatal),
+                    (*(lit for rule, lit in rules if not rule.fatal), READY_LINE.encode()),
+                    self)
+            self._quick_built = True
+        return self._quick
 
     def scan(self, block: bytes) -> BlockHits:
         """What the scan while starting finds in `block` (lines left unread, a superset):

@@ -46,6 +46,7 @@ from sglang_guard.rules.logline import (
     is_request,
     quotes_closed,
 )
+from sglang_guard.rules.quick import Quick, may_keep
 
 HEADER = "Traceback (most recent call last):"
 UNKNOWN, OTHER, REQUEST, TRACEBACK, MESSAGE = "unknown", "other", "request", "traceback", "message"
@@ -244,23 +245,28 @@ def _advance_reading(state: str, block: bytes, span: tuple[int, int], cap: int,
 
 
 # A checked line the walk stepped (`read_walk`): its start, its text's length (the text is
-# block[line:line + size], ASCII), the states before and after it, and `step`'s second answer.
+# block[line:line + size], ASCII; -1: the quick no turned it away), the states before and
+# after it, and `step`'s second answer.
 Stepped = tuple[int, int, str, str, bool]
 
 
 def read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
               exceptions: list[tuple[int, int, str]], *, reads: Sequence[int],
-              checks: Sequence[int]) -> tuple[str, list[Stepped]] | None:
+              checks: Sequence[int], quick: Quick | None = None
+              ) -> tuple[str, list[Stepped]] | None:
     """`advance` with `reads`, that also steps each line ending just before an offset of
     `checks` (ascending, none in `reads`: the lines the reader checks) and answers it as a
     `Stepped`, in C (rules/_linescan.c; `_read_walk` is the definition). A checked line whose
     head is not plain ASCII (or holds an ESC or a NUL) ends the walk at its start: fewer
     steps than `checks`, and the state there (the reader reads that line itself). None: no
-    C here, or a line the walk must step is not plain ASCII (walk it in Python)."""
+    C here, or a line the walk must step is not plain ASCII (walk it in Python).
+
+    `quick`: a checked line rules/quick.may_keep says no to is answered with size -1."""
     walk = linescan.read_walk
     if walk is None:
         return None
-    done = walk(_STATE_NUMBER[state], block, span[0], span[1], cap, reads, checks)
+    done = walk(_STATE_NUMBER[state], block, span[0], span[1], cap, reads, checks,
+                None if quick is None else quick.literals)
     if done is None:
         return None
     after, found, steps = done
@@ -276,7 +282,8 @@ def _plain(head: bytes) -> bool:
 
 def _read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
                exceptions: list[tuple[int, int, str]], *, reads: Sequence[int],
-               checks: Sequence[int]) -> tuple[str, list[Stepped]]:
+               checks: Sequence[int], quick: Quick | None = None
+               ) -> tuple[str, list[Stepped]]:
     """`read_walk` in Python: its definition (where the C answers at all)."""
     start, end = span
     steps: list[Stepped] = []
@@ -292,7 +299,8 @@ def _read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
         if ends_frames(before, state):
             exceptions.append((line, newline, text))
         if stop in wanted:
-            steps.append((line, len(text), before, state, own))
+            kept = quick is None or may_keep(text, own, quick)
+            steps.append((line, len(text) if kept else -1, before, state, own))
         start = stop
     return advance(state, block, (start, end), cap, exceptions), steps
 

@@ -77,6 +77,7 @@ from sglang_guard.errors import InputError
 from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
 from sglang_guard.rules.linescan import write_pieces
 from sglang_guard.rules.logline import LINE_CAP
+from sglang_guard.rules.quick import Quick
 from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
 from sglang_guard.supervise.shell.eventqueue import EventQueue
 from sglang_guard.supervise.shell.proctree import (
@@ -157,6 +158,7 @@ class _Pump:
         budget: int,
         find: Find | None = None,
         keep: Callable[[Line], bool] | None = None,
+        quick: Callable[[Hits], Quick | None] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
         ticket: Callable[[], int] | None = None,
         on_stage: Callable[[str], None] | None = None,
@@ -173,7 +175,7 @@ class _Pump:
         self._high = 0  # the most bytes not yet written since the backlog last drained
         # Where the stream is in a Python traceback starts "unknown" (rules/tracebacks.py):
         # before SGLang's first record nothing a client sent can be in it.
-        self.lines = LineReader(cap, find, keep, ticket, on_stage)
+        self.lines = LineReader(cap, find, keep, ticket, on_stage, quick=quick)
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._scans: queue.Queue[tuple[bytes, Hits | None] | None] = queue.Queue(SCAN_BEHIND)
         self._pending = 0  # bytes read but not yet written
@@ -326,6 +328,7 @@ class Child:
         budget: int,
         find: Find | None = None,
         keep: Callable[[Line], bool] | None = None,
+        quick: Callable[[Hits], Quick | None] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
         on_stage: Callable[[str], None] | None = None,
         warm: Callable[[], object] | None = None,
@@ -346,7 +349,7 @@ class Child:
         self._signalled = False
         # One count for both streams: the exception line read last, on either, is the crash's.
         make = functools.partial(_Pump, gen=gen, emit=self._put_lines, cap=cap, budget=budget,
-                                 find=find, keep=keep, on_chunk=on_chunk,
+                                 find=find, keep=keep, quick=quick, on_chunk=on_chunk,
                                  scan_on_reader=scan_on_reader,
                                  ticket=itertools.count(1).__next__, on_stage=on_stage,
                                  warm=warm, trim=trim)
@@ -376,6 +379,7 @@ class Child:
         byte_budget: int = BYTE_BUDGET,
         find: Find | None = None,
         keep: Callable[[Line], bool] | None = None,
+        quick: Callable[[Hits], Quick | None] | None = None,
         on_chunk: Callable[[Stream, bytes], None] | None = None,
         on_stage: Callable[[str], None] | None = None,
         warm: Callable[[], object] | None = None,
@@ -385,9 +389,10 @@ class Child:
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
 
-        `find`, `keep` and `on_stage` are the line reader's (rules/linereader.py): the scan,
-        which read lines become events (None: every line), and who hears of the start-up
-        stages the scan finds. `warm`: called once by each reader and scanner thread before
+        `find`, `keep`, `quick` and `on_stage` are the line reader's (rules/linereader.py):
+        the scan, which read lines become events (None: every line), the quick no that
+        `keep` agrees with (rules/quick.py), and who hears of the start-up stages the scan
+        finds. `warm`: called once by each reader and scanner thread before
         its first chunk (the scans' per-thread state: rules/rules.Matcher.warm_thread); it
         must not block. `trim`: hands the heap's free pages back after a written backlog (see
         the module's docstring; tests count its calls).
@@ -430,6 +435,7 @@ class Child:
             budget=byte_budget,
             find=find,
             keep=keep,
+            quick=quick,
             on_chunk=on_chunk,
             on_stage=on_stage,
             warm=warm,

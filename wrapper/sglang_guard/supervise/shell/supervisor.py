@@ -38,6 +38,7 @@ from sglang_guard.common.shell.logsetup import get_logger
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
 from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
 from sglang_guard.rules.logline import LINE_CAP, clean
+from sglang_guard.rules.quick import Quick
 from sglang_guard.rules.stages import READY_LINE
 from sglang_guard.sglang.argv import CommandLine
 from sglang_guard.sglang.redact import redact_text
@@ -410,6 +411,11 @@ class Supervisor:
         """The line reader's `keep`: `keeps` with the current matcher."""
         return keeps(self.rt.env.matcher, line)
 
+    def _quick(self, hits: Hits) -> Quick | None:
+        """The line reader's quick no: the scan's (Hits.quick), where `_keep` checks with the
+        matcher that scanned (a chunk scanned before a reload is checked whole)."""
+        return quick_for(self.rt.env.matcher, hits)
+
     def _chunk_watcher(self, gen: int) -> Callable[[Stream, bytes], None]:
         """The pumps call this per chunk (after its lines): while starting, progress evidence
         for the machine.
@@ -505,6 +511,7 @@ class Supervisor:
         self.child = Child.spawn(argv, gen=action.gen, events=self.events,
                                  stdout_sink=self.rt.stdout, stderr_sink=self.rt.stderr,
                                  env=env, find=self._scan(), keep=self._keep,
+                                 quick=self._quick,
                                  on_chunk=self._chunk_watcher(action.gen),
                                  on_stage=self._stage_sink(action.gen),
                                  warm=self._warm_pump,
@@ -720,8 +727,16 @@ def rehearse_reading(matcher: Matcher) -> None:
     chunk = f'{banner}\n  File "scheduler.py", line 1, in run\n{fatal}\n'.encode()
     for starting in (True, False):
         reader = LineReader(LINE_CAP, functools.partial(matcher.line_scan, starting=starting),
-                            functools.partial(keeps, matcher))
+                            functools.partial(keeps, matcher),
+                            quick=functools.partial(quick_for, matcher))
         reader.feed(chunk, reader.scan(chunk))
+
+
+def quick_for(matcher: Matcher, hits: Hits) -> Quick | None:
+    """The quick no `keeps(matcher, ...)` agrees with for the lines `hits` names: the scan's
+    own, where `matcher` scanned (rules/quick.py: it names the ready line too); else None."""
+    quick = hits.quick
+    return quick if quick is not None and quick.by is matcher and hits.by is matcher else None
 
 
 def keeps(matcher: Matcher, line: Line) -> bool:
