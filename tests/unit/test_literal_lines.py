@@ -29,7 +29,7 @@ from sglang_guard.rules.rules import Matcher, load_default_packs
 DATA = Path(__file__).resolve().parents[1] / "data"
 LOGS = sorted((DATA / "sglang-logs").glob("*.log"))
 REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
-WIDTHS = (0, 1, 2)  # byte by byte, SSE2, AVX2 where the CPU has it
+WIDTHS = (0, 1, 2, 3)  # byte by byte, SSE2, AVX2 and AVX-512BW where the CPU has them
 
 needs_c = pytest.mark.skipif(
     not linescan.compiled and os.environ.get("SGLANG_GUARD_REQUIRE_NATIVE") != "1",
