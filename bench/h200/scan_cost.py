@@ -29,9 +29,10 @@ import pass_through  # noqa: E402
 
 from sglang_guard.rules import linescan  # noqa: E402
 from sglang_guard.rules.linereader import Find, Hits, Line, LineReader  # noqa: E402
+from sglang_guard.rules.quick import Quick  # noqa: E402
 from sglang_guard.rules.rules import Matcher, load_default_packs  # noqa: E402
 from sglang_guard.supervise.shell.child import READ_CHUNK, SCAN_BEHIND  # noqa: E402
-from sglang_guard.supervise.shell.supervisor import keeps  # noqa: E402
+from sglang_guard.supervise.shell.supervisor import keeps, quick_for  # noqa: E402
 
 
 def main() -> int:
@@ -46,6 +47,9 @@ def main() -> int:
     def keep(line: Line) -> bool:  # the supervisor's own (Supervisor._keep)
         return keeps(matcher, line)
 
+    def quick(hits: Hits) -> Quick | None:  # ... and its quick no (Supervisor._quick)
+        return quick_for(matcher, hits)
+
     def find(block: bytes) -> Hits:
         return matcher.line_scan(block, False)
 
@@ -57,12 +61,12 @@ def main() -> int:
                 started = time.process_time()
                 hits = [find(chunk) for chunk in chunks]
                 scan = time.process_time() - started
-                reader = LineReader(65536, find, keep)
+                reader = LineReader(65536, find, keep, quick=quick)
                 started = time.process_time()
                 for chunk, hit in zip(chunks, hits, strict=True):
                     reader.feed(chunk, hit)
                 feed = time.process_time() - started
-                cpu, wall = _threaded(chunks, find, keep)
+                cpu, wall = _threaded(chunks, find, keep, quick)
                 print(f"{mix} round {n + 1}: scan {scan * per_m:.3f}  lines {feed * per_m:.3f}  "
                       f"both {(scan + feed) * per_m:.3f}  on a thread {cpu * per_m:.3f} CPU, "
                       f"{wall * per_m:.3f} wall  (s per 1M lines)", flush=True)
@@ -80,14 +84,14 @@ def mix_chunks(lines: int, tmp: str) -> Iterator[tuple[str, list[bytes], float]]
         yield mix, [data[i:i + READ_CHUNK] for i in range(0, len(data), READ_CHUNK)], 1e6 / n_lines
 
 
-def _threaded(chunks: list[bytes], find: Find, keep: Callable[[Line], bool]
-              ) -> tuple[float, float]:
+def _threaded(chunks: list[bytes], find: Find, keep: Callable[[Line], bool],
+              quick: Callable[[Hits], Quick | None]) -> tuple[float, float]:
     """Scan and read the chunks on a second thread, handed over as the pumps hand them."""
     handed: queue.Queue[bytes | None] = queue.Queue(SCAN_BEHIND)
     took: dict[str, float] = {}
 
     def scanner() -> None:
-        reader = LineReader(65536, find, keep)
+        reader = LineReader(65536, find, keep, quick=quick)
         cpu, wall = time.thread_time(), time.perf_counter()
         while (chunk := handed.get()) is not None:
             reader.feed(chunk, reader.scan(chunk))

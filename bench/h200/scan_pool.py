@@ -32,7 +32,7 @@ from scan_cost import mix_chunks  # noqa: E402
 from sglang_guard.rules.linereader import Hits, Line, LineReader  # noqa: E402
 from sglang_guard.rules.rules import Matcher, load_default_packs  # noqa: E402
 from sglang_guard.supervise.shell.child import SCAN_BEHIND  # noqa: E402
-from sglang_guard.supervise.shell.supervisor import keeps  # noqa: E402
+from sglang_guard.supervise.shell.supervisor import keeps, quick_for  # noqa: E402
 
 AHEAD = 2 * SCAN_BEHIND  # chunks handed out before the line reader has read them
 
@@ -69,7 +69,8 @@ def run(matcher: Matcher, chunks: list[bytes], workers: int
     def find(block: bytes) -> Hits:
         return matcher.line_scan(block, False)
 
-    reader = LineReader(65536, find, lambda line: keeps(matcher, line))
+    reader = LineReader(65536, find, lambda line: keeps(matcher, line),
+                        quick=lambda hits: quick_for(matcher, hits))
     out: list[Line] = []
     cpu: dict[str, float] = {}
     lock = threading.Lock()
