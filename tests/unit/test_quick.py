@@ -39,7 +39,7 @@ needs_c = pytest.mark.skipif(linescan.read_walk is None, reason="the C walk is n
 def test_the_default_pack_past_the_start_has_a_quick_no() -> None:
     """Past the start the default pack's scan is plain literals (rules/blockscan.literal), so
     its hits carry the quick no; while starting (Hyperscan, every rule) they carry none."""
-    assert RUNNING is not None and RUNNING.by is MATCHER
+    assert RUNNING is not None and MATCHER.line_scan(b"x\n", False).by is MATCHER
     assert RUNNING.fatal and READY_LINE.encode() in RUNNING.present
     assert MATCHER.line_scan(b"x\n", True).quick is None
 

@@ -618,6 +618,38 @@ static PyObject *advance(PyObject *self, PyObject *args) {
     return result;
 }
 
+/* The items of `seq` (at most `max` of them, each bytes-like and not empty; with
+   `no_newline`, none holding a newline) as buffers appended to held[*taken...], *count of
+   them; 0: an error is set, naming `what` (literal_lines' needles, read_walk's quick
+   literals). The caller releases held[0:*taken] either way. */
+static int take_literals(PyObject *seq, Py_ssize_t max, int no_newline, const char *what,
+                         Py_buffer *held, Py_ssize_t *taken, Py_ssize_t *count) {
+    *count = PySequence_Size(seq);
+    if (*count < 0)
+        return 0;
+    if (*count > max) {
+        PyErr_Format(PyExc_ValueError, "%s: at most %zd of them", what, max);
+        return 0;
+    }
+    for (Py_ssize_t k = 0; k < *count; k++) {
+        PyObject *item = PySequence_GetItem(seq, k);
+        if (item == NULL)
+            return 0;
+        Py_buffer *view = &held[*taken];
+        int bad = PyObject_GetBuffer(item, view, PyBUF_SIMPLE);
+        Py_DECREF(item);
+        if (bad)
+            return 0;
+        ++*taken;
+        if (view->len < 1 || (no_newline && memchr(view->buf, '\n', (size_t)view->len))) {
+            PyErr_Format(PyExc_ValueError, "%s: one is empty%s", what,
+                         no_newline ? " or holds a newline" : "");
+            return 0;
+        }
+    }
+    return 1;
+}
+
 /* ---- the quick no: a checked line that no rule of a literal set can take ---------------------
 
    rules/quick.may_keep is the definition: a line the reader checks (plain ASCII, its text
@@ -785,34 +817,14 @@ static int quick_args(PyObject *quick, Quick *q, Py_buffer *held, Py_ssize_t *he
         return 0;
     }
     for (int part = 0; part < 2; part++) {
-        PyObject *seq = PyTuple_GetItem(quick, part);
-        Py_ssize_t count = seq == NULL ? -1 : PySequence_Size(seq);
-        if (count < 0)
+        Py_ssize_t first = *held_n, count;
+        if (!take_literals(PyTuple_GetItem(quick, part), MAX_QUICK, 0,
+                           "read_walk's quick literals", held, held_n, &count))
             return 0;
-        if (count > MAX_QUICK) {
-            PyErr_SetString(PyExc_ValueError, "read_walk: at most 16 quick literals a part");
-            return 0;
-        }
         Lit *lits = part == 0 ? q->fatal : q->present;
-        for (Py_ssize_t k = 0; k < count; k++) {
-            PyObject *item = PySequence_GetItem(seq, k);
-            if (item == NULL)
-                return 0;
-            int bad = PyObject_GetBuffer(item, &held[*held_n], PyBUF_SIMPLE);
-            Py_DECREF(item);
-            if (bad)
-                return 0;
-            lits[k] = (Lit){held[*held_n].buf, held[*held_n].len};
-            ++*held_n;
-            if (lits[k].len < 1) {
-                PyErr_SetString(PyExc_ValueError, "read_walk: a quick literal is empty");
-                return 0;
-            }
-        }
-        if (part == 0)
-            q->n_fatal = count;
-        else
-            q->n_present = count;
+        for (Py_ssize_t k = 0; k < count; k++)
+            lits[k] = (Lit){held[first + k].buf, held[first + k].len};
+        *(part == 0 ? &q->n_fatal : &q->n_present) = count;
     }
     return 1;
 }
@@ -1231,34 +1243,14 @@ static PyObject *literal_lines(PyObject *self, PyObject *args) {
         return NULL;
     Needle needles[MAX_NEEDLES];
     Py_buffer held[MAX_NEEDLES];
-    Py_ssize_t count = PySequence_Size(seq), taken = 0;
+    Py_ssize_t count, taken = 0;
     PyObject *result = NULL;
     Pairs out = {NULL, 0, 0};
-    if (count < 0)
+    if (!take_literals(seq, MAX_NEEDLES, 1, "literal_lines' needles", held, &taken, &count))
         goto done;
-    if (count > MAX_NEEDLES) {
-        PyErr_SetString(PyExc_ValueError, "literal_lines: at most 16 needles");
-        goto done;
-    }
-    for (; taken < count; taken++) {
-        PyObject *item = PySequence_GetItem(seq, taken);
-        if (item == NULL)
-            goto done;
-        int bad = PyObject_GetBuffer(item, &held[taken], PyBUF_SIMPLE);
-        Py_DECREF(item);
-        if (bad)
-            goto done;
-        Needle *n = &needles[taken];
-        n->bytes = held[taken].buf;
-        n->len = held[taken].len;
-        n->last_end = 0;
-        if (n->len < 1 || memchr(n->bytes, '\n', (size_t)n->len) != NULL) {
-            taken++;
-            PyErr_SetString(PyExc_ValueError, "literal_lines: a needle is empty or holds a "
-                                              "newline");
-            goto done;
-        }
-        choose_anchors(n);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        needles[k] = (Needle){held[k].buf, held[k].len, 0, 0, 0};
+        choose_anchors(&needles[k]);
     }
     int status;
     if (view.len >= RELEASE_GIL_AT) {

@@ -32,12 +32,12 @@ MAX_LITERALS = 16  # a part of `Quick` (rules/_linescan.c MAX_QUICK)
 class Quick:
     """What the quick no reads: the fatal rules' literals (each rule's pattern starts with
     its own) and the literals taken wherever they are in the line (non-fatal rules', the
-    supervisor's ready line). `by`: the matcher whose scan and check these are (only a
-    chunk that matcher scanned, for its own check, may be turned away)."""
+    supervisor's ready line). A scan's hits carry their matcher's (linereader.Hits.quick,
+    beside Hits.by): only a chunk that matcher scanned, for its own check, may be turned
+    away."""
 
     fatal: tuple[bytes, ...]
     present: tuple[bytes, ...]
-    by: object = None
 
     def __post_init__(self) -> None:
         for part in (self.fatal, self.present):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any
 
 import re2
@@ -151,8 +151,6 @@ class Matcher:
         # again, three times (first_fix, advice_for, refired); a pure function of the line.
         self._recent: dict[tuple[str, bool | None], tuple[Rule, ...]] = {}
         self._recent_lock = threading.Lock()
-        self._quick: Quick | None = None  # `_quick_running`'s, once `_quick_built`
-        self._quick_built = False
 
     def prepare_scan(self) -> tuple[str, str | None]:
         """Compile both phases' scans now, not on the first chunk: the engine, and why not
@@ -202,7 +200,7 @@ class Matcher:
                 if i != header:
                     running.setdefault(end, []).append(self._running_ids[i])
             return Hits(running, [end for i, end in found if i == header], rules=running,
-                        by=self, quick=self._quick_running())
+                        by=self, quick=self._quick_running)
         found = self._lines.line_ends(block)
         first, stop = self._markers
         header = self._lines.size - 1  # the markers, the ready line, then the header
@@ -215,21 +213,19 @@ class Matcher:
                     [end for i, end in found if i == header],
                     last_stage(block, markers) if markers else None, rules, self)
 
+    @cached_property
     def _quick_running(self) -> Quick | None:
         """The quick no for the running phase's lines (rules/quick.py), where its scan is a
         set of plain literals: the fatal rules' literals, and as `present` the non-fatal
         rules' (`_among` searches the whole line for those) and the ready line (which the
-        supervisor's `keeps` takes wherever it is). None: not such a set."""
-        if not self._quick_built:
-            literals = self._lines_running.literals
-            if literals is not None:
-                rules = [(self.rules[i], literals[k]) for k, i in enumerate(self._running_ids)]
-                self._quick = Quick(
-                    tuple(lit for rule, lit in rules if rule.fatal),
-                    (*(lit for rule, lit in rules if not rule.fatal), READY_LINE.encode()),
-                    self)
-            self._quick_built = True
-        return self._quick
+        supervisor's `keeps` takes wherever it is). None: not such a set. Built on first
+        use (two threads may both build it: the same value)."""
+        literals = self._lines_running.literals
+        if literals is None:
+            return None
+        rules = [(self.rules[i], literals[k]) for k, i in enumerate(self._running_ids)]
+        return Quick(tuple(lit for rule, lit in rules if rule.fatal),
+                     (*(lit for rule, lit in rules if not rule.fatal), READY_LINE.encode()))
 
     def scan(self, block: bytes) -> BlockHits:
         """What the scan while starting finds in `block` (lines left unread, a superset):

@@ -735,8 +735,7 @@ def rehearse_reading(matcher: Matcher) -> None:
 def quick_for(matcher: Matcher, hits: Hits) -> Quick | None:
     """The quick no `keeps(matcher, ...)` agrees with for the lines `hits` names: the scan's
     own, where `matcher` scanned (rules/quick.py: it names the ready line too); else None."""
-    quick = hits.quick
-    return quick if quick is not None and quick.by is matcher and hits.by is matcher else None
+    return hits.quick if hits.by is matcher else None
 
 
 def keeps(matcher: Matcher, line: Line) -> bool:
