@@ -177,8 +177,20 @@ class _Pump:
         # before SGLang's first record nothing a client sent can be in it.
         self.lines = LineReader(cap, find, keep, ticket, on_stage, quick=quick)
         self._chunks: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._scans: queue.Queue[tuple[bytes, Hits | None] | None] = queue.Queue(SCAN_BEHIND)
-        self._pending = 0  # bytes read but not yet written
+        # The hand-offs are the C queues (a put or get takes no Python lock, nor a Condition's
+        # Python code): the scanner's chunks, bounded by SCAN_BEHIND tokens in `_room` that
+        # the reader takes per chunk handed and the scanner gives back as it takes one.
+        self._scans: queue.SimpleQueue[tuple[bytes, Hits | None] | None] = queue.SimpleQueue()
+        self._room: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(SCAN_BEHIND):
+            self._room.put(None)
+        # Bytes read and bytes written so far, each counted by one thread alone (the reader,
+        # the writer): what is not yet written is their difference, read without a lock.
+        # `_cond` is taken only to wait for the writer (the reader past the budget, `drained`):
+        # `_waiters` counts such waits, and the writer notifies only while one is on.
+        self._read_total = 0
+        self._written = 0
+        self._waiters = 0
         self._cond = threading.Condition()
         # Chunks handed to the scanner whose lines it has not read yet (under `_turn`): at
         # 0 the reader reads the next chunk's lines itself (`_read`).
@@ -210,10 +222,10 @@ class _Pump:
             fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
         try:
             while chunk := os.read(fd, READ_CHUNK):
-                with self._cond:
-                    self._cond.wait_for(lambda: self._pending < self._budget)
-                    self._pending += len(chunk)
-                    self._high = max(self._high, self._pending)
+                if self._read_total - self._written >= self._budget:
+                    self._wait_for_writer(lambda: self._read_total - self._written
+                                          < self._budget)
+                self._read_total += len(chunk)  # before the put: the writer's count is behind
                 self._chunks.put(chunk)
                 with self._turn:
                     # A short read: the pipe is drained, the child not ahead of the guard.
@@ -226,6 +238,7 @@ class _Pump:
                 if inline:  # the scanner has read every chunk before: no hand-off, in order
                     self._lines_of(chunk, hits)
                 else:
+                    self._room.get()  # at most SCAN_BEHIND chunks queued for the scanner
                     self._scans.put((chunk, hits))  # its lines read there: the reader reads on
         finally:
             self._chunks.put(None)
@@ -237,6 +250,7 @@ class _Pump:
         if self._warm is not None:
             self._warm()
         while (handed := self._scans.get()) is not None:
+            self._room.put(None)
             self._lines_of(*handed)
             with self._turn:
                 self._queued -= 1
@@ -264,20 +278,40 @@ class _Pump:
             if chunk is None:
                 break
             size = len(chunk)
+            # What is not yet written, this chunk included: between two of these the reader
+            # only adds, so the largest of them is the backlog's peak.
+            self._high = max(self._high, self._read_total - self._written)
             if self.sink_error is None:
                 try:
                     self._put_out(chunk)
                 except (OSError, ValueError) as exc:  # closed or broken sink: keep draining
                     self.sink_error = exc
             del chunk  # not held over the wait below: the trim may hand its pages back
-            with self._cond:
-                self._pending -= size
-                if self._pending == 0:  # the backlog is written
-                    due = due or self._high >= TRIM_AFTER
-                    self._high = 0
-                self._cond.notify_all()
+            self._written += size
+            if self._read_total == self._written:  # the backlog is written
+                due = due or self._high >= TRIM_AFTER
+                self._high = 0
+            if self._waiters:
+                with self._cond:
+                    self._cond.notify_all()
         if due:  # the stream ended right after a backlog
             self._trim()
+
+    def _wait_for_writer(self, ready: Callable[[], bool], timeout: float | None = None
+                         ) -> bool:
+        """Wait until `ready()` (read over the two byte counts) holds after a write; False
+        on timeout. The writer notifies after each chunk while a wait is on (`_waiters`,
+        counted under `_cond` before `ready` is first asked: no write goes unseen)."""
+        with self._cond:
+            self._waiters += 1
+            try:
+                return self._cond.wait_for(ready, timeout)
+            finally:
+                self._waiters -= 1
+
+    def drained(self, timeout: float | None = None) -> bool:
+        """Whether every byte read was written, waiting up to `timeout` for it (tests)."""
+        return self._wait_for_writer(lambda: self._read_total == self._written, timeout)
 
     def _put_out(self, chunk: bytes) -> None:
         """Write `chunk` to the sink, WRITE_PIECE bytes per write, and flush it.
