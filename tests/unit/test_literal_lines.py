@@ -24,6 +24,7 @@ import pytest
 import re2
 
 from sglang_guard.rules import blockscan, linescan
+from sglang_guard.rules.linereader import _dirty
 from sglang_guard.rules.rules import Matcher, load_default_packs
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -116,6 +117,46 @@ def test_a_long_block_is_searched_without_the_gil_and_answers_the_same(seed: int
         stop.set()
         spinner.join()
     assert ticks > 0
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(200))
+def test_the_marks_are_the_lines_the_reader_would_clean_on_every_width(seed: int) -> None:
+    """`marks`: (-1, end) for each complete line with an ESC or a NUL, exactly the lines
+    rules/linereader._dirty finds (the reader used to look for them itself, with the GIL
+    held), and the needles' pairs as without it."""
+    from sglang_guard.rules import _linescan  # noqa: PLC0415 - built here (needs_c)
+
+    rng = random.Random(seed)  # noqa: S311 - reproducible, not a secret
+    needles = random_needles(rng)
+    block = soup(rng, needles, rng.choice([0, 1, 15, 64, 1000, 5000, 100_000]))
+    last = block.rfind(b"\n")
+    want = _dirty(block, last) if last >= 0 else set()
+    for widest in WIDTHS:
+        marked = _linescan.literal_lines(block, needles, widest, True)
+        assert [pair for pair in marked if pair[0] >= 0] == search(block, needles, widest)
+        assert {end for i, end in marked if i < 0} == want, (block[:300], widest)
+
+
+@needs_c
+@pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
+                         ids=lambda p: p.name)
+def test_the_running_scan_hands_the_reader_the_lines_it_would_clean(log: Path) -> None:
+    """Past the start the scan's hits carry the marked lines (Hits.dirty); a reader that
+    scans gets what `_dirty` gives, on every stored log cut at random (ESCs of colour
+    codes, NULs of a torn write)."""
+    matcher = Matcher(load_default_packs())
+    matcher.prepare_scan()
+    data = log.read_bytes()
+    rng = random.Random(log.name)  # noqa: S311 - reproducible, not a secret
+    start = 0
+    while start < len(data):
+        end = min(len(data), start + rng.choice([7, 500, 4096, 70_000, 300_000]))
+        block = data[start:end]
+        hits = matcher.line_scan(block, starting=False)
+        last = block.rfind(b"\n")
+        assert hits.dirty == (_dirty(block, last) if last >= 0 else set()), (log.name, start)
+        start = end
 
 
 def running_patterns() -> tuple[str, ...]:

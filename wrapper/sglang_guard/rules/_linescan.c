@@ -36,7 +36,10 @@ enum { FRAMES = 0, MESSAGE = 1, BLANK_ONLY = 2 };
 static unsigned char SPACE[256]; /* S above */
 static unsigned char WORD[256];  /* [\w\x80-\xff] of a bytes pattern: ASCII \w, or >= 0x80 */
 
+static void init_rarity(void);
+
 static void init_tables(void) {
+    init_rarity();
     for (int c = 0; c < 256; c++) {
         SPACE[c] = (c == '\t' || c == 0x0b || c == 0x0c || c == '\r' || (c >= 0x1c && c <= 0x20)
                     || (c >= 0x80 && c <= 0xbf) || c == 0xc2 || (c >= 0xe1 && c <= 0xe3));
@@ -967,9 +970,12 @@ static PyObject *quotes_closed(PyObject *self, PyObject *arg) {
     return PyBool_FromLong(closed(p, p + size));
 }
 
-/* literal_lines(block, needles[, widest]) -> [(needle index, line end)]: for each complete
-   line of block (ending in a newline) and each needle (bytes, no newline) found in it, the
-   offset just past that line's newline, each pair once, each needle's in block order.
+/* literal_lines(block, needles[, widest[, marks]]) -> [(needle index, line end)]: for each
+   complete line of block (ending in a newline) and each needle (bytes, no newline) found in
+   it, the offset just past that line's newline, each pair once, each needle's in block order;
+   with marks, also (-1, line end) for each complete line with an ESC or a NUL byte (the lines
+   the reader must clean to read: rules/linereader._dirty), in the same span without the GIL,
+   where the reader's two bytes.find passes held it (~7 us a 256 KiB chunk just read).
    rules/blockscan.py's per-line set asks it where every pattern is a plain literal (the
    running phase of the default pack: three rules' literals and the traceback header) for
    what its Hyperscan database answers with `(?:literal)[^\n]*\n`: gathered here with the
@@ -997,7 +1003,7 @@ typedef struct {
 /* How common a byte is in log text, higher more common: lower-case letters by English
    frequency, the space, digits and the punctuation of records and paths. A guess only picks
    the anchors: every candidate is compared whole, so it moves the speed, never an answer. */
-static int rarity(unsigned char c) {
+static int rarity_of(unsigned char c) {
     static const char order[] = "etaoinsrhldcumfpgwybvkxjqz"; /* most to least common */
     const char *hit;
     if (c == ' ')
@@ -1012,6 +1018,16 @@ static int rarity(unsigned char c) {
     if (c >= 'A' && c <= 'Z')
         return 20;
     return 10;
+}
+
+/* rarity_of per byte, filled once (init_tables): the anchors are chosen per call, with the
+   GIL held. */
+static unsigned char RARITY[256];
+static int rarity(unsigned char c) { return RARITY[c]; }
+
+static void init_rarity(void) {
+    for (int c = 0; c < 256; c++)
+        RARITY[c] = (unsigned char)rarity_of((unsigned char)c);
 }
 
 static void choose_anchors(Needle *n) {
@@ -1234,12 +1250,39 @@ static int find_literals(const unsigned char *block, Py_ssize_t len, Needle *nee
     return find_tail(block, len, needles, count, s, out);
 }
 
+/* The lines of block[0:len] with an ESC or a NUL byte, each as (-1, its end) in `out` (a
+   line with both twice; none for the unfinished last line): rules/linereader._dirty's
+   answer, found with memchr in the same span without the GIL. -1: no memory. */
+static int find_marks(const unsigned char *block, Py_ssize_t len, Pairs *out) {
+    static const int marks[] = {0x1b, 0x00};
+    for (size_t m = 0; m < sizeof marks / sizeof marks[0]; m++) {
+        const unsigned char *at = memchr(block, marks[m], (size_t)len);
+        while (at != NULL) {
+            const unsigned char *nl = memchr(at, '\n', (size_t)(block + len - at));
+            if (nl == NULL)
+                break;
+            if (out->n + 2 > out->size) {
+                Py_ssize_t size = out->size ? out->size * 2 : 64;
+                Py_ssize_t *grown = realloc(out->pairs, (size_t)size * sizeof *grown);
+                if (grown == NULL)
+                    return -1;
+                out->pairs = grown;
+                out->size = size;
+            }
+            out->pairs[out->n++] = -1;
+            out->pairs[out->n++] = nl - block + 1;
+            at = memchr(nl + 1, marks[m], (size_t)(block + len - (nl + 1)));
+        }
+    }
+    return 0;
+}
+
 static PyObject *literal_lines(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
     PyObject *seq;
-    int widest = 3;
-    if (!PyArg_ParseTuple(args, "y*O|i:literal_lines", &view, &seq, &widest))
+    int widest = 3, marks = 0;
+    if (!PyArg_ParseTuple(args, "y*O|ip:literal_lines", &view, &seq, &widest, &marks))
         return NULL;
     Needle needles[MAX_NEEDLES];
     Py_buffer held[MAX_NEEDLES];
@@ -1256,9 +1299,13 @@ static PyObject *literal_lines(PyObject *self, PyObject *args) {
     if (view.len >= RELEASE_GIL_AT) {
         Py_BEGIN_ALLOW_THREADS
         status = find_literals(view.buf, view.len, needles, count, widest, &out);
+        if (status == 0 && marks)
+            status = find_marks(view.buf, view.len, &out);
         Py_END_ALLOW_THREADS
     } else {
         status = find_literals(view.buf, view.len, needles, count, widest, &out);
+        if (status == 0 && marks)
+            status = find_marks(view.buf, view.len, &out);
     }
     if (status < 0) {
         PyErr_NoMemory();
@@ -1333,9 +1380,10 @@ static PyMethodDef methods[] = {
      "write_pieces(fd, data, piece) -> int: data written to fd, piece bytes per write, the GIL "
      "released over all of them; stops at EAGAIN, raises OSError on any other error."},
     {"literal_lines", literal_lines, METH_VARARGS,
-     "literal_lines(block, needles[, widest]) -> [(needle, end)]: each complete line of block "
-     "that holds a needle, by the offset just past its newline, once per needle, each in block "
-     "order (widest: 3 AVX-512BW, 2 AVX2, where the CPU has them, 1 SSE2, 0 byte by byte)."},
+     "literal_lines(block, needles[, widest[, marks]]) -> [(needle, end)]: each complete line "
+     "of block that holds a needle, by the offset just past its newline, once per needle, each "
+     "in block order (widest: 3 AVX-512BW, 2 AVX2, where the CPU has them, 1 SSE2, 0 byte by "
+     "byte); with marks, also (-1, end) for each line with an ESC or a NUL byte."},
     {"quotes_closed", quotes_closed, METH_O,
      "quotes_closed(line) -> bool: every quote the line opens closes on it (logline.CLOSED)."},
     {"advance", advance, METH_VARARGS,

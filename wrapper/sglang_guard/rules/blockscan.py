@@ -264,9 +264,19 @@ class BlockScan:
                                                      self.lines)
         return done
 
-    def line_ends(self, block: bytes | memoryview) -> list[tuple[int, int]]:
+    @property
+    def marks(self) -> bool:
+        """Whether `line_ends(block, marks=True)` also answers the lines with an ESC or a NUL
+        (the set is searched as literals in C; compiling first)."""
+        return self.compile().literals is not None and linescan.literal_lines is not None
+
+    def line_ends(self, block: bytes | memoryview, *, marks: bool = False
+                  ) -> list[tuple[int, int]]:
         """(pattern index, offset just past the newline) of each complete line of `block` in
         which that pattern might match (a superset; a per-line set: `lines=True`), unsorted.
+        With `marks` where the set is searched in C (`marks`), also (-1, end) for each
+        complete line with an ESC or a NUL byte (rules/linereader._dirty's lines), found in
+        the same call without the GIL; else `marks` adds nothing.
 
         A line's own match is a match in the block's bytes ending in that line, so Hyperscan
         reports the line; the patterns on RE2 are found by halving the block at a newline
@@ -276,7 +286,7 @@ class BlockScan:
             return []
         done = self.compile()
         if done.literals is not None and linescan.literal_lines is not None:
-            return linescan.literal_lines(block, done.literals)
+            return linescan.literal_lines(block, done.literals, 3, marks)
         found: list[tuple[int, int]] = []
         if done.rest_sets:
             data = bytes(block)
@@ -300,7 +310,7 @@ class BlockScan:
         if done.literals is not None and linescan.literal_lines is not None:
             # a match holds no newline: one after the block completes its last line
             return sorted({i for i, _ in linescan.literal_lines(bytes(block) + b"\n",
-                                                                 done.literals)})
+                                                                 done.literals, 3, False)})
         found: list[int] = []
         if done.rest_sets:
             text = utf8(block)

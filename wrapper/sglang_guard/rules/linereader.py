@@ -53,8 +53,9 @@ class Hits(NamedTuple):
     # might match in has its entry (a superset); None: not known. `keep` reads it (Line.maybe).
     rules: Mapping[int, Collection[int]] | None = None
     by: object = None  # whose rules `rules` numbers (rules/rules.Matcher: one reload's)
-    # The lines with an ESC or NUL byte (by their ends, as `_dirty` finds them), where
-    # `LineReader.scan` found them with the scan (None: `feed` looks for them).
+    # The lines with an ESC or NUL byte (by their ends, as `_dirty` finds them), where the
+    # scan found them (past the start in C: rules/rules.Matcher.line_scan) or
+    # `LineReader.scan` did after it (None: `feed` looks for them).
     dirty: AbstractSet[int] | None = None
     # The quick no for the lines `rules` names (rules/quick.py), where `by`'s exact check
     # (rules/rules.Matcher.any_of) could take none that it turns away; None: none.
@@ -110,7 +111,8 @@ class LineReader:
         nothing to scan (no `find`, or no line ends here)."""
         if self._find is None or (last := chunk.rfind(b"\n")) < 0:
             return None
-        return self._find(chunk)._replace(dirty=_dirty(chunk, last))
+        hits = self._find(chunk)  # with them where its scan found them (in C: Hits.dirty)
+        return hits if hits.dirty is not None else hits._replace(dirty=_dirty(chunk, last))
 
     def feed(self, chunk: bytes, hits: Hits | None = None) -> list[Line]:
         """The lines `chunk` completes that are returned (see the module's docstring).

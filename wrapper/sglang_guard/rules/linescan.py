@@ -28,7 +28,9 @@ reader asks nothing of it.
 (by the offset just past its newline) that holds a needle (bytes, no newline), once per
 needle, in block order: what rules/blockscan.py's per-line Hyperscan set answers for plain
 literals (`(?:literal)[^\n]*\n`), gathered in C with the GIL released, with no Python call
-per match (the running phase of the default pack is four literals).
+per match (the running phase of the default pack is four literals). `literal_lines(block,
+needles, widest, True)` adds `(-1, end)` for each complete line with an ESC or a NUL byte,
+the lines the reader must clean to read (rules/linereader._dirty), in the same call.
 
 `write_pieces(fd, data, piece)`: the pumps' writer's writes (supervise/shell/child.py) in C,
 `piece` bytes per write(2), with the GIL released over the whole chunk: in Python each piece
@@ -73,7 +75,9 @@ compiled = _module is not None
 first_line: Search | None = None if _module is None else _module.first_line
 advance: Advance | None = None if _module is None else _module.advance
 read_walk: ReadWalk | None = None if _module is None else _module.read_walk
-LiteralLines = Callable[["bytes | memoryview", Sequence[bytes]], "list[tuple[int, int]]"]
+# (block, needles, widest, marks): marks adds (-1, end) for each line with an ESC or a NUL.
+LiteralLines = Callable[["bytes | memoryview", Sequence[bytes], int, bool],
+                        "list[tuple[int, int]]"]
 literal_lines: LiteralLines | None = None if _module is None else _module.literal_lines
 MAX_NEEDLES = 16  # literal_lines takes at most this many
 # write_pieces(fd, data, piece) -> bytes written: the pumps' writer's loop of write(2) calls

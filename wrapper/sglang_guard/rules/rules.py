@@ -194,13 +194,21 @@ class Matcher:
         rules are scanned for)."""
         if not starting:
             header = self._lines_running.size - 1  # the header: the last pattern (_ALWAYS)
-            found = self._lines_running.line_ends(block)
+            # In C, the lines with an ESC or a NUL come with it (-1), the GIL let go once.
+            marks = self._lines_running.marks
+            found = self._lines_running.line_ends(block, marks=marks)
             running: dict[int, list[int]] = {}
+            headers: list[int] = []
+            dirty: set[int] = set()
             for i, end in found:
-                if i != header:
+                if i == header:
+                    headers.append(end)
+                elif i >= 0:
                     running.setdefault(end, []).append(self._running_ids[i])
-            return Hits(running, [end for i, end in found if i == header], rules=running,
-                        by=self, quick=self._quick_running)
+                else:
+                    dirty.add(end)
+            return Hits(running, headers, rules=running, by=self,
+                        dirty=dirty if marks else None, quick=self._quick_running)
         found = self._lines.line_ends(block)
         first, stop = self._markers
         header = self._lines.size - 1  # the markers, the ready line, then the header
