@@ -18,6 +18,7 @@ import random
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -147,15 +148,20 @@ def test_the_running_scan_hands_the_reader_the_lines_it_would_clean(log: Path) -
     codes, NULs of a torn write)."""
     matcher = Matcher(load_default_packs())
     matcher.prepare_scan()
+    for start, block in random_cuts(log):
+        hits = matcher.line_scan(block, starting=False)
+        last = block.rfind(b"\n")
+        assert hits.dirty == (_dirty(block, last) if last >= 0 else set()), (log.name, start)
+
+
+def random_cuts(log: Path) -> Iterator[tuple[int, bytes]]:
+    """The stored log cut into blocks of random sizes, as reads cut a stream: (start, block)."""
     data = log.read_bytes()
     rng = random.Random(log.name)  # noqa: S311 - reproducible, not a secret
     start = 0
     while start < len(data):
         end = min(len(data), start + rng.choice([7, 500, 4096, 70_000, 300_000]))
-        block = data[start:end]
-        hits = matcher.line_scan(block, starting=False)
-        last = block.rfind(b"\n")
-        assert hits.dirty == (_dirty(block, last) if last >= 0 else set()), (log.name, start)
+        yield start, data[start:end]
         start = end
 
 
@@ -178,12 +184,7 @@ def test_the_running_set_answers_as_its_hyperscan_database_on_every_stored_log(l
     assert literals is not None
     db = blockscan._hyperscan(patterns, range(len(patterns)), stored=False, lines=True)
     assert not isinstance(db, str), db
-    data = log.read_bytes()
-    rng = random.Random(log.name)  # noqa: S311 - reproducible, not a secret
-    start = 0
-    while start < len(data):
-        end = min(len(data), start + rng.choice([7, 500, 4096, 70_000, 300_000]))
-        block = data[start:end]
+    for start, block in random_cuts(log):
         on_hyperscan: list[tuple[int, int]] = []
 
         def hit(pid: int, _start: int, at: int, _flags: int, _ctx: object,
@@ -194,7 +195,6 @@ def test_the_running_set_answers_as_its_hyperscan_database_on_every_stored_log(l
         db.scan(block, match_event_handler=hit)
         got = set(search(block, list(literals), 2))
         assert got == set(on_hyperscan) == per_line(block, list(literals)), (log.name, start)
-        start = end
 
 
 @needs_c

@@ -1054,6 +1054,21 @@ typedef struct {
     Py_ssize_t n, size;
 } Pairs;
 
+/* Append (needle, end) to out, growing it; 0: no memory. */
+static int pairs_add(Pairs *out, Py_ssize_t needle, Py_ssize_t end) {
+    if (out->n + 2 > out->size) {
+        Py_ssize_t size = out->size ? out->size * 2 : 64;
+        Py_ssize_t *grown = realloc(out->pairs, (size_t)size * sizeof *grown);
+        if (grown == NULL)
+            return 0;
+        out->pairs = grown;
+        out->size = size;
+    }
+    out->pairs[out->n++] = needle;
+    out->pairs[out->n++] = end;
+    return 1;
+}
+
 /* A match of needle k at s: record its line's end, once per line (none where no newline
    follows: the match is in the unfinished last line). -1: no memory. */
 static int found_at(const unsigned char *block, Py_ssize_t len, Needle *needles, Py_ssize_t k,
@@ -1066,17 +1081,7 @@ static int found_at(const unsigned char *block, Py_ssize_t len, Needle *needles,
         return 0;
     Py_ssize_t end = nl - block + 1;
     n->last_end = end;
-    if (out->n + 2 > out->size) {
-        Py_ssize_t size = out->size ? out->size * 2 : 64;
-        Py_ssize_t *grown = realloc(out->pairs, (size_t)size * sizeof *grown);
-        if (grown == NULL)
-            return -1;
-        out->pairs = grown;
-        out->size = size;
-    }
-    out->pairs[out->n++] = k;
-    out->pairs[out->n++] = end;
-    return 1;
+    return pairs_add(out, k, end) ? 1 : -1;
 }
 
 static int is_match(const unsigned char *block, Py_ssize_t len, const Needle *n, Py_ssize_t s) {
@@ -1261,16 +1266,8 @@ static int find_marks(const unsigned char *block, Py_ssize_t len, Pairs *out) {
             const unsigned char *nl = memchr(at, '\n', (size_t)(block + len - at));
             if (nl == NULL)
                 break;
-            if (out->n + 2 > out->size) {
-                Py_ssize_t size = out->size ? out->size * 2 : 64;
-                Py_ssize_t *grown = realloc(out->pairs, (size_t)size * sizeof *grown);
-                if (grown == NULL)
-                    return -1;
-                out->pairs = grown;
-                out->size = size;
-            }
-            out->pairs[out->n++] = -1;
-            out->pairs[out->n++] = nl - block + 1;
+            if (!pairs_add(out, -1, nl - block + 1))
+                return -1;
             at = memchr(nl + 1, marks[m], (size_t)(block + len - (nl + 1)));
         }
     }
@@ -1295,18 +1292,12 @@ static PyObject *literal_lines(PyObject *self, PyObject *args) {
         needles[k] = (Needle){held[k].buf, held[k].len, 0, 0, 0};
         choose_anchors(&needles[k]);
     }
-    int status;
-    if (view.len >= RELEASE_GIL_AT) {
-        Py_BEGIN_ALLOW_THREADS
-        status = find_literals(view.buf, view.len, needles, count, widest, &out);
-        if (status == 0 && marks)
-            status = find_marks(view.buf, view.len, &out);
-        Py_END_ALLOW_THREADS
-    } else {
-        status = find_literals(view.buf, view.len, needles, count, widest, &out);
-        if (status == 0 && marks)
-            status = find_marks(view.buf, view.len, &out);
-    }
+    PyThreadState *saved = view.len >= RELEASE_GIL_AT ? PyEval_SaveThread() : NULL;
+    int status = find_literals(view.buf, view.len, needles, count, widest, &out);
+    if (status == 0 && marks)
+        status = find_marks(view.buf, view.len, &out);
+    if (saved != NULL)
+        PyEval_RestoreThread(saved);
     if (status < 0) {
         PyErr_NoMemory();
         goto done;
