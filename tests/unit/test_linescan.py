@@ -167,6 +167,125 @@ def test_the_c_search_is_built_where_it_is_required() -> None:
     assert pure.stdout.strip() == "False"
 
 
+# --- the vector loops: every width, over spans past 64 bytes ---------------------------------
+# rules/_linescan.c's `search` reads 64 bytes at a time into masks of byte classes and visits
+# only the lines they cannot turn away (a run of spaces that ends at a printable byte, a
+# printable first byte no branch starts with); first_line's `widest` forces each loop (3
+# AVX-512BW, 2 AVX2, where the CPU has them, 1 SSE2, 0 memchr line by line), each held to the
+# regexes over lines built to sit on every side of what the masks read.
+
+WIDTHS = (0, 1, 2, 3)
+WIDE_CAPS = (1, 3, 63, 64, 65, 4096)
+RUNS = (0, 1, 2, 4, 15, 16, 31, 32, 33, 62, 63, 64, 65, 66, 70, 130)
+AFTER_RUN = [b"", b"x", b"File \"x\"", b"^^^", b"\t", b"\x0b", b"\r", b"\x1c", b"\xc2\xa0",
+             b"\x80", b"\xe3\x80\x80", b"\x7f", b"\x00", b"\x1b[0m", b"ValueError: x", b"[2026-"]
+FIRSTS = [b"ValueError: x", b"- ImportError: y", b"-x", b"_x.Foo", b"a.Bc", b"Ab", b"AB",
+          b"\rError", b"\x7fError", b"{venv}/x.py:1: UserWarning", b"/usr/x", b"1x", b"(x)",
+          b"~", b"]", b"\tx", b"\x0bx", b"\x1cx", b"\x00x", b"\x1b[0m", b"\xc2\xa0x", b"\x80x",
+          b"\xffx", b"Traceback (most recent call last):", b"- ", b"-"]
+FILLER = [b"x", b" ", b"] R", b"] Receive", b"]", b"] {\"event", b"] F", b"\t", b"-", b"["]
+LENGTHS = (15, 16, 31, 32, 63, 64, 65, 127, 128, 129)
+
+
+def wide_line(rng: random.Random) -> bytes:
+    """A line of the kinds the masks tell apart, often cut or padded to a length about a
+    multiple of 16."""
+    roll = rng.random()
+    if roll < 0.3:
+        line = b" " * rng.choice(RUNS) + rng.choice(AFTER_RUN)
+    elif roll < 0.55:
+        line = rng.choice(HEADS) + rng.choice(TAILS)
+    elif roll < 0.65:
+        line = b""
+    else:
+        line = rng.choice(FIRSTS)
+    if rng.random() < 0.5:
+        size = rng.choice(LENGTHS)
+        while len(line) < size:
+            line += rng.choice(FILLER)
+        line = line[:size]
+    return line.replace(b"\n", b"")
+
+
+def wide_soup(rng: random.Random, lines: int) -> bytes:
+    """`lines` wide lines after a random head (no line starts where the span does), the
+    last newline sometimes missing."""
+    head = b"x" * rng.randint(0, 70) + b"\n" * rng.randint(0, 1)
+    block = head + b"\n".join(wide_line(rng) for _ in range(lines))
+    return block + (b"\n" if rng.random() < 0.8 else b"")
+
+
+def spans(block: bytes, rng: random.Random, count: int = 6) -> list[tuple[int, int]]:
+    """Random spans: from line starts and from anywhere, to line ends, the block's end and
+    anywhere."""
+    starts = rng.sample(line_starts(block), min(count, len(line_starts(block))))
+    starts += [rng.randrange(len(block)) for _ in range(2)]
+    ends = [i + 1 for i in range(len(block)) if block[i] == 10]
+    out = []
+    for start in starts:
+        later = [e for e in ends if e > start]
+        for end in {len(block), *rng.sample(later, min(2, len(later))),
+                    rng.randint(start + 1, len(block))}:
+            out.append((start, end))
+    return out
+
+
+def widths_agree(block: bytes, span_list: list[tuple[int, int]],
+                 caps: tuple[int, ...] = WIDE_CAPS) -> None:
+    from sglang_guard.rules import _linescan  # noqa: PLC0415 - built here (needs_c)
+
+    for start, end in span_list:
+        for kind, name in KINDS.items():
+            for cap in caps:
+                want = by_regex(block, start, end, kind, cap)
+                for widest in WIDTHS:
+                    got = _linescan.first_line(block, start, end, kind, cap, widest)
+                    assert got == want, (block[start:end][:400], start, end, name, cap, widest)
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(200))
+def test_every_width_answers_as_the_regexes_on_wide_line_soups(seed: int) -> None:
+    rng = random.Random(seed)  # noqa: S311 - a reproducible soup, not a secret
+    block = wide_soup(rng, rng.randint(8, 60))
+    widths_agree(block, spans(block, rng))
+
+
+@needs_c
+def test_every_width_reads_a_line_at_every_place_in_the_64_bytes() -> None:
+    """Each kind of line, starting at each offset of the first 64 bytes and past them, its
+    run of spaces ending on each side of the 64: the four loops and the regexes agree."""
+    lines = [b" " * run + after for run in (1, 2, 62, 63, 64, 65) for after in
+             (b"x", b"", b"\t", b"\xc2\xa0", b"\r")] + FIRSTS + [head + tail for head in HEADS[:3]
+                                                                 for tail in TAILS[:4]]
+    for line in lines:
+        for offset in (0, 1, 15, 16, 31, 32, 47, 62, 63, 64, 65, 66, 127, 128):
+            before = b"#" * max(offset - 1, 0) + b"\n" * (offset > 0)
+            block = before + line + b"\n" + b"#" * 70 + b"\n"
+            widths_agree(block, [(0, len(block)), (0, len(block) - 71),
+                                 (max(offset - 1, 0), len(block))], caps=(1, 63, 64, 65, 4096))
+
+
+@needs_c
+@pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
+                         ids=lambda p: p.name)
+def test_every_width_answers_as_the_regexes_on_every_stored_log_whole(log: Path) -> None:
+    raw = log.read_bytes()
+    block = raw if raw.endswith(b"\n") else raw + b"\n"
+    rng = random.Random(log.name)  # noqa: S311 - reproducible spans
+    widths_agree(block, spans(block, rng, count=20), caps=(8, 64, 65536))
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_the_c_walk_answers_as_python_on_wide_line_soups(seed: int) -> None:
+    rng = random.Random(seed)  # noqa: S311 - a reproducible soup, not a secret
+    block = wide_soup(rng, rng.randint(8, 30))
+    if not block.endswith(b"\n"):
+        block += b"\n"
+    walks_agree(block, caps=(8, 64, 65536), every=4)
+
+
 # --- advance: the walk over the lines nobody reads --------------------------------------------
 # rules/_linescan.c's `advance` against rules/tracebacks._advance (its definition), from every
 # state: the same state and the same exception lines wherever the C answers, and the C

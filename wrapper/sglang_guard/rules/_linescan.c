@@ -4,8 +4,9 @@
    hold the GIL: the per-line search of a set of plain literals (`literal_lines`) and the
    writer's writes (`write_pieces`), each said where it is defined below.
 
-   first_line(block, start, end, kind, cap) -> int: where the first line of block[start:end]
-   (whole lines; block[end - 1] is a newline) that `kind` takes starts, or -1. Exactly what
+   first_line(block, start, end, kind, cap[, widest]) -> int: where the first line of
+   block[start:end] (whole lines; block[end - 1] is a newline) that `kind` takes starts, or -1
+   (`widest`: the widest vector loop it may take, as `search` says). Exactly what
    rules/tracebacks.py's `_next_line` answers with that kind's byte regexes (`_candidates`):
      kind 0, frames:  EXCEPTION | REQUEST | BLANK
      kind 1, message: RECORD | BLANK
@@ -21,14 +22,27 @@
 
    The regexes cost a Python call per candidate and, on Hyperscan, ~1 GB/s (they have no
    literal to skip ahead on: every line's start is a place to try); this reads each line's
-   head and finds its newline with memchr. The GIL is released over a long span. */
+   head and finds the newlines 64 bytes at a time (`search`). The GIL is released over a long
+   span. */
 
 #define _GNU_SOURCE /* memrchr */
 #define Py_LIMITED_API 0x030B0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The vector loops (the line search's newlines, literal_lines' anchors) are built for the
+   widest x86-64 units with __attribute__((target)) and chosen where the CPU has them
+   (__builtin_cpu_supports); SSE2 is every x86-64's. */
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define HAVE_AVX2_PATH 1
+#endif
 
 enum { FRAMES = 0, MESSAGE = 1, BLANK_ONLY = 2 };
 #define RELEASE_GIL_AT (64 * 1024) /* bytes: below this a GIL hand-off costs more than it frees */
@@ -37,9 +51,11 @@ static unsigned char SPACE[256]; /* S above */
 static unsigned char WORD[256];  /* [\w\x80-\xff] of a bytes pattern: ASCII \w, or >= 0x80 */
 
 static void init_rarity(void);
+static void init_widest(void);
 
 static void init_tables(void) {
     init_rarity();
+    init_widest();
     for (int c = 0; c < 256; c++) {
         SPACE[c] = (c == '\t' || c == 0x0b || c == 0x0c || c == '\r' || (c >= 0x1c && c <= 0x20)
                     || (c >= 0x80 && c <= 0xbf) || c == 0xc2 || (c >= 0xe1 && c <= 0xe3));
@@ -73,12 +89,15 @@ static int starts(const unsigned char *p, const unsigned char *nl, const char *l
 }
 
 /* REQUEST: a record whose first "]" ([^\]\n]* cannot pass one, nor the newline) is followed
-   by one of the three words. */
+   by one of the three words. A record's "]" comes some 15 bytes in: a loop finds it sooner
+   than a call to memchr. */
 static int request(const unsigned char *p, const unsigned char *nl) {
     if (!record(p, nl))
         return 0;
-    const unsigned char *close = memchr(p + 6, ']', (size_t)(nl - (p + 6)));
-    if (close == NULL)
+    const unsigned char *close = p + 6;
+    while (close < nl && *close != ']')
+        close++;
+    if (close == nl)
         return 0;
     return starts(close + 1, nl, " Receive") || starts(close + 1, nl, " Finish: ")
            || starts(close + 1, nl, " {\"event");
@@ -119,10 +138,22 @@ static int exception(const unsigned char *p, const unsigned char *nl) {
     }
 }
 
+/* FRAMES goes by the line's first byte, after which one branch at most can take it: an empty
+   line is blank (S* reaches the newline); a "[" starts no exception (that takes "-" or
+   [A-Za-z_]) and no blank (S holds no "[", and cap >= 1), so only a request; a byte of S starts
+   no request and no exception (none of S is "-" or ASCII), so only a blank; any other byte
+   starts no request and no blank (its S run is empty: shorter than cap, short of the
+   newline), so only an exception. */
 static int takes(int kind, const unsigned char *p, const unsigned char *nl, Py_ssize_t cap) {
     switch (kind) {
     case FRAMES:
-        return exception(p, nl) || request(p, nl) || blank(p, nl, cap);
+        if (p == nl)
+            return 1;
+        if (*p == '[')
+            return request(p, nl);
+        if (SPACE[*p])
+            return blank(p, nl, cap);
+        return exception(p, nl);
     case MESSAGE:
         return record(p, nl) || blank(p, nl, cap);
     default:
@@ -131,20 +162,258 @@ static int takes(int kind, const unsigned char *p, const unsigned char *nl, Py_s
 }
 
 /* The lines are those starting at `start` and after each newline before end - 1 (the
-   regexes' endpos): a line whose newline is missing ends at end - 1. */
-static Py_ssize_t search(const unsigned char *block, Py_ssize_t start, Py_ssize_t end, int kind,
-                         Py_ssize_t cap) {
-    const unsigned char *stop = block + end - 1;
-    const unsigned char *p = block + start;
+   regexes' endpos): a line whose newline is missing ends at end - 1. Only block[start:end - 1]
+   is read (start < end: every caller's span holds a byte).
+
+   Most lines of a log are taken by no kind, and most say so by their first bytes: a memchr
+   call per line to find its newline, then `takes`, cost ~40 ns a line over the bench's log
+   mix, most of it mispredicted branches. The vector loops below (AVX-512BW, AVX2 or SSE2,
+   where the CPU has them) read 64 bytes at a time into masks of byte classes (`Classes`,
+   bit k for at[k]) and turn away, without visiting them, the lines that no kind could take
+   by their first byte (`candidates` says which and why); each line left, and every line of
+   the last bytes short of 64, is decided by `takes` as before: the same lines, the same
+   answer (tests/unit/test_linescan.py holds every width equal). A block no line starts in
+   (inside a long line, decided at its start) costs one compare. */
+
+/* From the line at p, one line at a time, to the span's end: where the first that `kind`
+   takes starts, or -1. The line's newline is at `from` or past it (p[0:from - p] holds
+   none). */
+static Py_ssize_t search_from(const unsigned char *block, const unsigned char *p,
+                              const unsigned char *from, const unsigned char *stop, int kind,
+                              Py_ssize_t cap) {
     for (;;) {
-        const unsigned char *nl = memchr(p, '\n', (size_t)(stop - p));
+        const unsigned char *nl = memchr(from, '\n', (size_t)(stop - from));
         if (nl == NULL)
             nl = stop;
         if (takes(kind, p, nl, cap))
             return p - block;
         if (nl >= stop)
             return -1;
-        p = nl + 1;
+        p = from = nl + 1;
+    }
+}
+
+/* The classes of 64 bytes: the newlines, "[", " ", the printable bytes 0x21-0x7f (none is a
+   newline or in S), and the bytes that may start an exception ("-", "_", letters; also CR
+   and DEL, which the mask cannot tell from them: more lines visited, never fewer). */
+typedef struct {
+    uint64_t newline, bracket, space, printable, word;
+} Classes;
+
+/* Which lines of the 64 bytes must be visited: a bit in each (a line may have several).
+   `starts`: the lines that start there. A line is turned away where none of `takes`' branches
+   can take it:
+   - one starting with " " whose run of spaces ends at a printable byte within the 64, when
+     cap >= 64: that is where its S run ends too (printable is not S), short of the newline
+     and of cap, and " " starts no exception, request or record. The run's end is found for
+     all such lines at once: adding each line's first bit to `space` carries through its run
+     to the byte after it. A run past the 64 bytes, or one that ends elsewhere (a newline,
+     another byte of S), is visited.
+   - one starting with a printable byte other than "[" and the exception's: no S (not blank,
+     and not empty), no request or record; for FRAMES, no exception either.
+   - for MESSAGE and BLANK, one starting with an exception's byte; for BLANK, with "[".
+   (A "[" line is visited for FRAMES: marking those that hold "] R", "] F" or "] {", as a
+   request must, cost more in compares than it saved in visits over the bench's mixes.)
+   Every other line is visited: the empty ones (a newline first), other bytes of S, and the
+   bytes not printable. */
+static inline __attribute__((always_inline)) uint64_t candidates(const Classes *c, uint64_t starts,
+                                                                  int kind, Py_ssize_t cap) {
+    uint64_t spaced = starts & c->space, ends;
+    uint64_t want = cap < 64 ? spaced : 0;
+    if (__builtin_add_overflow(c->space, spaced, &ends))
+        want |= 1ULL << (63 - __builtin_clzll(spaced)); /* the last line's run goes on */
+    want |= ends & ~c->space & ~c->printable;
+    uint64_t may = ~c->printable;
+    if (kind == FRAMES)
+        may |= c->bracket | c->word;
+    else if (kind == MESSAGE)
+        may |= c->bracket;
+    return want | (starts & ~c->space & may);
+}
+
+/* Where a vector loop stands: the next 64 bytes at `at`, the start of the line they begin in
+   (`line`), and whether a line starts at `at` (`carry`, 1 or 0). */
+typedef struct {
+    const unsigned char *block, *stop, *at, *line;
+    uint64_t carry;
+} Scan;
+
+/* Visit the lines `candidates` leaves of the 64 bytes at s->at (classes c): the start of
+   the first that `kind` takes, or -1 (none in the span); -2: none here, s moved past them
+   (past the last line visited, where that line goes on past them). */
+static inline __attribute__((always_inline)) Py_ssize_t visit(Scan *s, const Classes *c,
+                                                              int kind, Py_ssize_t cap) {
+    const unsigned char *at = s->at;
+    uint64_t starts = c->newline << 1 | s->carry;
+    uint64_t cand = candidates(c, starts, kind, cap);
+    while (cand) {
+        int k = __builtin_ctzll(cand);
+        uint64_t before = starts & (~0ULL >> (63 - k)), later = c->newline & (~0ULL << k);
+        const unsigned char *p = before ? at + 63 - __builtin_clzll(before) : s->line;
+        const unsigned char *nl = later ? at + __builtin_ctzll(later)
+                                        : memchr(at + 64, '\n', (size_t)(s->stop - (at + 64)));
+        if (nl == NULL)
+            nl = s->stop;
+        if (takes(kind, p, nl, cap))
+            return p - s->block;
+        if (nl >= s->stop)
+            return -1;
+        if (nl - at >= 63) { /* the next line starts at or past the next 64 bytes */
+            s->at = s->line = nl + 1;
+            s->carry = 1;
+            return -2;
+        }
+        cand &= ~0ULL << (nl - at + 1); /* the lines after this one */
+    }
+    s->carry = c->newline >> 63;
+    s->at = at + 64;
+    if (s->carry) /* a line starts at the next 64 bytes (or at end - 1, where they stop) */
+        s->line = s->at;
+    else if (starts)
+        s->line = at + 63 - __builtin_clzll(starts);
+    return -2;
+}
+
+#if defined(HAVE_AVX2_PATH)
+__attribute__((target("avx512f,avx512bw"))) static Py_ssize_t search_avx512(
+    const unsigned char *block, Py_ssize_t start, Py_ssize_t end, int kind, Py_ssize_t cap) {
+    Scan s = {block, block + end - 1, block + start, block + start, 1};
+    const __m512i newline = _mm512_set1_epi8('\n'), bracket = _mm512_set1_epi8('['),
+                  space = _mm512_set1_epi8(' '), case_bit = _mm512_set1_epi8(0x20),
+                  a = _mm512_set1_epi8('a'), letters = _mm512_set1_epi8(26),
+                  under = _mm512_set1_epi8('_' | 0x20), dash = _mm512_set1_epi8('-');
+    while (s.stop - s.at >= 64) {
+        __m512i v = _mm512_loadu_si512((const void *)s.at);
+        Classes c;
+        c.newline = _mm512_cmpeq_epi8_mask(v, newline);
+        if (!(c.newline | s.carry)) { /* inside a line decided where it started */
+            s.at += 64;
+            continue;
+        }
+        __m512i folded = _mm512_or_si512(v, case_bit);
+        c.bracket = _mm512_cmpeq_epi8_mask(v, bracket);
+        c.space = _mm512_cmpeq_epi8_mask(v, space);
+        c.printable = _mm512_cmpgt_epi8_mask(v, space);
+        c.word = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(folded, a), letters)
+                 | _mm512_cmpeq_epi8_mask(folded, under) | _mm512_cmpeq_epi8_mask(folded, dash);
+        Py_ssize_t found = visit(&s, &c, kind, cap);
+        if (found != -2)
+            return found;
+    }
+    return search_from(block, s.line, s.at, s.stop, kind, cap);
+}
+
+/* 32 bytes' compare as a mask */
+#define MASK32(x) ((uint64_t)(uint32_t)_mm256_movemask_epi8(x))
+
+__attribute__((target("avx2"))) static Py_ssize_t search_avx2(
+    const unsigned char *block, Py_ssize_t start, Py_ssize_t end, int kind, Py_ssize_t cap) {
+    Scan s = {block, block + end - 1, block + start, block + start, 1};
+    const __m256i newline = _mm256_set1_epi8('\n'), bracket = _mm256_set1_epi8('['),
+                  space = _mm256_set1_epi8(' '), case_bit = _mm256_set1_epi8(0x20),
+                  a = _mm256_set1_epi8('a'), last_letter = _mm256_set1_epi8(25),
+                  under = _mm256_set1_epi8('_' | 0x20), dash = _mm256_set1_epi8('-');
+    while (s.stop - s.at >= 64) {
+        __m256i v[2] = {_mm256_loadu_si256((const __m256i *)s.at),
+                        _mm256_loadu_si256((const __m256i *)(s.at + 32))};
+        Classes c = {0, 0, 0, 0, 0};
+        for (int h = 0; h < 2; h++)
+            c.newline |= MASK32(_mm256_cmpeq_epi8(v[h], newline)) << (32 * h);
+        if (!(c.newline | s.carry)) {
+            s.at += 64;
+            continue;
+        }
+        for (int h = 0; h < 2; h++) {
+            __m256i folded = _mm256_or_si256(v[h], case_bit);
+            __m256i letter = _mm256_sub_epi8(folded, a); /* <= 25 unsigned: a letter */
+            letter = _mm256_cmpeq_epi8(_mm256_min_epu8(letter, last_letter), letter);
+            __m256i word = _mm256_or_si256(letter, _mm256_or_si256(
+                _mm256_cmpeq_epi8(folded, under), _mm256_cmpeq_epi8(folded, dash)));
+            c.bracket |= MASK32(_mm256_cmpeq_epi8(v[h], bracket)) << (32 * h);
+            c.space |= MASK32(_mm256_cmpeq_epi8(v[h], space)) << (32 * h);
+            c.printable |= MASK32(_mm256_cmpgt_epi8(v[h], space)) << (32 * h);
+            c.word |= MASK32(word) << (32 * h);
+        }
+        Py_ssize_t found = visit(&s, &c, kind, cap);
+        if (found != -2)
+            return found;
+    }
+    return search_from(block, s.line, s.at, s.stop, kind, cap);
+}
+#endif
+
+#if defined(__SSE2__)
+/* 16 bytes' compare as a mask */
+#define MASK16(x) ((uint64_t)(uint16_t)_mm_movemask_epi8(x))
+
+static Py_ssize_t search_sse2(const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
+                              int kind, Py_ssize_t cap) {
+    Scan s = {block, block + end - 1, block + start, block + start, 1};
+    const __m128i newline = _mm_set1_epi8('\n'), bracket = _mm_set1_epi8('['),
+                  space = _mm_set1_epi8(' '), case_bit = _mm_set1_epi8(0x20),
+                  a = _mm_set1_epi8('a'), last_letter = _mm_set1_epi8(25),
+                  under = _mm_set1_epi8('_' | 0x20), dash = _mm_set1_epi8('-');
+    while (s.stop - s.at >= 64) {
+        __m128i v[4];
+        Classes c = {0, 0, 0, 0, 0};
+        for (int q = 0; q < 4; q++) {
+            v[q] = _mm_loadu_si128((const __m128i *)(s.at + 16 * q));
+            c.newline |= MASK16(_mm_cmpeq_epi8(v[q], newline)) << (16 * q);
+        }
+        if (!(c.newline | s.carry)) {
+            s.at += 64;
+            continue;
+        }
+        for (int q = 0; q < 4; q++) {
+            __m128i folded = _mm_or_si128(v[q], case_bit);
+            __m128i letter = _mm_sub_epi8(folded, a); /* <= 25 unsigned: a letter */
+            letter = _mm_cmpeq_epi8(_mm_min_epu8(letter, last_letter), letter);
+            __m128i word = _mm_or_si128(letter, _mm_or_si128(_mm_cmpeq_epi8(folded, under),
+                                                             _mm_cmpeq_epi8(folded, dash)));
+            c.bracket |= MASK16(_mm_cmpeq_epi8(v[q], bracket)) << (16 * q);
+            c.space |= MASK16(_mm_cmpeq_epi8(v[q], space)) << (16 * q);
+            c.printable |= MASK16(_mm_cmpgt_epi8(v[q], space)) << (16 * q);
+            c.word |= MASK16(word) << (16 * q);
+        }
+        Py_ssize_t found = visit(&s, &c, kind, cap);
+        if (found != -2)
+            return found;
+    }
+    return search_from(block, s.line, s.at, s.stop, kind, cap);
+}
+#endif
+
+/* The widest loop this CPU has (3 AVX-512BW, 2 AVX2, 1 SSE2, 0 none), found at import. */
+static int cpu_widest;
+#define WIDEST 3 /* `search`'s widest for the walks: whatever the CPU has */
+
+static void init_widest(void) {
+#if defined(HAVE_AVX2_PATH)
+    cpu_widest = __builtin_cpu_supports("avx512bw") ? 3 : __builtin_cpu_supports("avx2") ? 2 : 1;
+#elif defined(__SSE2__)
+    cpu_widest = 1;
+#else
+    cpu_widest = 0;
+#endif
+}
+
+/* Where the first line of block[start:end] that `kind` takes starts, or -1 (see above), on
+   the widest loop up to `widest` that the CPU has (first_line's tests force each). */
+static Py_ssize_t search(const unsigned char *block, Py_ssize_t start, Py_ssize_t end, int kind,
+                         Py_ssize_t cap, int widest) {
+    switch (widest < cpu_widest ? widest : cpu_widest) {
+#if defined(HAVE_AVX2_PATH)
+    case 3:
+        return search_avx512(block, start, end, kind, cap);
+    case 2:
+        return search_avx2(block, start, end, kind, cap);
+#endif
+#if defined(__SSE2__)
+    case 1:
+        return search_sse2(block, start, end, kind, cap);
+#endif
+    default:
+        return search_from(block, block + start, block + start, block + end - 1, kind, cap);
     }
 }
 
@@ -152,8 +421,9 @@ static PyObject *first_line(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
     Py_ssize_t start, end, cap;
-    int kind;
-    if (!PyArg_ParseTuple(args, "y*nnin:first_line", &view, &start, &end, &kind, &cap))
+    int kind, widest = WIDEST;
+    if (!PyArg_ParseTuple(args, "y*nnin|i:first_line", &view, &start, &end, &kind, &cap,
+                          &widest))
         return NULL;
     if (start < 0 || end > view.len || start >= end || kind < FRAMES || kind > BLANK_ONLY
         || cap < 1) {
@@ -165,10 +435,10 @@ static PyObject *first_line(PyObject *self, PyObject *args) {
     Py_ssize_t found;
     if (end - start >= RELEASE_GIL_AT) {
         Py_BEGIN_ALLOW_THREADS
-        found = search((const unsigned char *)view.buf, start, end, kind, cap);
+        found = search((const unsigned char *)view.buf, start, end, kind, cap, widest);
         Py_END_ALLOW_THREADS
     } else {
-        found = search((const unsigned char *)view.buf, start, end, kind, cap);
+        found = search((const unsigned char *)view.buf, start, end, kind, cap, widest);
     }
     PyBuffer_Release(&view);
     return PyLong_FromSsize_t(found);
@@ -448,7 +718,7 @@ static int after_last_record(int state, const unsigned char *block, Py_ssize_t s
         at = nl;
     }
     while (state == S_UNKNOWN && start < end) {
-        Py_ssize_t line = search(block, start, end, BLANK_ONLY, cap);
+        Py_ssize_t line = search(block, start, end, BLANK_ONLY, cap, WIDEST);
         if (line < 0)
             break;
         if (!text_at(block, line, end, cap, &stop, &n))
@@ -481,7 +751,8 @@ static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssiz
     while (start < end) {
         if (state != S_TRACEBACK && state != S_MESSAGE)
             return after_last_record(state, block, start, end, cap, found);
-        Py_ssize_t line = search(block, start, end, state == S_TRACEBACK ? FRAMES : MESSAGE, cap);
+        int kind = state == S_TRACEBACK ? FRAMES : MESSAGE;
+        Py_ssize_t line = search(block, start, end, kind, cap, WIDEST);
         if (line < 0)
             return state;
         state = step_line(state, block, line, end, cap, &stop, &n, &own, found);
@@ -987,10 +1258,6 @@ static PyObject *quotes_closed(PyObject *self, PyObject *arg) {
    compared whole. On a chunk just read (in cache), the default running set over the bench's
    mixes: ~0.045 CPU s per million lines on AVX2, ~0.030 on AVX-512BW (Intel Xeon VM). */
 
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
-
 #define MAX_NEEDLES 16
 
 typedef struct {
@@ -1134,9 +1401,7 @@ static void anchors_of(const Needle *needles, Py_ssize_t count, Anchors *an) {
     }
 }
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define HAVE_AVX2_PATH 1
+#if defined(HAVE_AVX2_PATH)
 /* 32 starts at a time: each needle's two anchors compared, the agreements of all needles
    OR'd into one mask, and only a start some needle agrees at is looked at again. */
 __attribute__((target("avx2"))) static int find_avx2(const unsigned char *block, Py_ssize_t len,
@@ -1386,8 +1651,9 @@ static PyMethodDef methods[] = {
      "text)], [(line, n, before, after, own)]) | None: advance that also steps the checked lines, "
      "up to the first whose head is not plain ASCII (n = -1: quick's no)."},
     {"first_line", first_line, METH_VARARGS,
-     "first_line(block, start, end, kind, cap) -> int: the first line of block[start:end] that "
-     "kind (0 frames, 1 message, 2 blank) takes, or -1."},
+     "first_line(block, start, end, kind, cap[, widest]) -> int: the first line of "
+     "block[start:end] that kind (0 frames, 1 message, 2 blank) takes, or -1 (widest: 3 "
+     "AVX-512BW, 2 AVX2, where the CPU has them, 1 SSE2, 0 memchr line by line)."},
     {NULL, NULL, 0, NULL},
 };
 
