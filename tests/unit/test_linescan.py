@@ -392,6 +392,27 @@ def test_the_c_walk_declines_a_line_it_must_step_that_is_not_ascii() -> None:
 
 
 @needs_c
+def test_the_c_walk_finds_a_byte_it_cannot_step_at_every_place_of_a_head() -> None:
+    """The head's check (8 bytes at a time, then one at a time): a byte >= 0x80, an ESC or a
+    NUL at each place of exception lines of every length around 8 and 16, inside the cap or
+    past it."""
+    for size in range(1, 26):
+        for at in range(size):
+            for bad in (b"\x80", b"\xff", b"\x1b", b"\x00", b"\x7f", b"\x1a"):
+                line = (b"ValueError:" + b"x" * size)[:11 + size]
+                line = line[:11 + at] + bad + line[12 + at:]
+                block = b'  File "x"\n' + line + b"\nnext\n"
+                for cap in (4, 8, 11, 12, 16, 17, 24, 65536):
+                    got = walk_c(tb.TRACEBACK, block, 0, len(block), cap)
+                    head = line[:cap]
+                    if got is None:
+                        assert not tb._plain(head), (line, cap)
+                    else:
+                        assert tb._plain(head), (line, cap)
+                        assert got == walk_py(tb.TRACEBACK, block, 0, len(block), cap)
+
+
+@needs_c
 def test_a_long_span_is_walked_without_the_gil_and_answers_the_same() -> None:
     frames = b'  File "x.py", line 1, in f\n    f()\n' * 5_000  # past RELEASE_GIL_AT
     block = (frames + b"RuntimeError: boom\n\n[2026-11-29 16:50:52] Receive: obj='open\n"

@@ -662,6 +662,28 @@ static int step(int state, const unsigned char *t, Py_ssize_t n) {
     return step_own(state, t, n, &own);
 }
 
+/* Whether t[0:n] holds no byte >= 0x80, no ESC and no NUL, 8 bytes at a time (a byte at a
+   time cost ~10% of the reader's walk over the bench's near-miss mix). Where no byte of x has
+   its high bit set, (x - 0x01..) & ~x has a high bit set if and only if a byte of x is 0 (the
+   lowest zero byte borrows; bytes above it may be marked too, which changes no answer); an
+   ESC is a zero byte of x ^ 0x1b.. */
+static int plain(const unsigned char *t, Py_ssize_t n) {
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    Py_ssize_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t x, esc;
+        memcpy(&x, t + k, 8);
+        esc = x ^ (0x1b * ones);
+        if ((x | ((x - ones) & ~x) | ((esc - ones) & ~esc)) & highs)
+            return 0;
+    }
+    for (; k < n; k++) {
+        if (t[k] >= 0x80 || t[k] == 0x1b || t[k] == 0)
+            return 0;
+    }
+    return 1;
+}
+
 /* The line at `line` (tracebacks._line_at): its newline, and its text as t[0:*n] if cleaning
    it is taking its head (see above); 0: it is not. */
 static int text_at(const unsigned char *block, Py_ssize_t line, Py_ssize_t end, Py_ssize_t cap,
@@ -670,10 +692,8 @@ static int text_at(const unsigned char *block, Py_ssize_t line, Py_ssize_t end, 
     *stop = nl == NULL ? end - 1 : nl - block; /* end - 1 is a newline (the caller's word) */
     Py_ssize_t head = *stop - line < cap ? *stop - line : cap;
     const unsigned char *t = block + line;
-    for (Py_ssize_t k = 0; k < head; k++) {
-        if (t[k] >= 0x80 || t[k] == 0x1b || t[k] == 0)
-            return 0;
-    }
+    if (!plain(t, head))
+        return 0;
     while (head > 0 && t[head - 1] == '\r')
         head--;
     *n = head;
