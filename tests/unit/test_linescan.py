@@ -171,10 +171,10 @@ def test_the_c_search_is_built_where_it_is_required() -> None:
 # rules/_linescan.c's `search` reads 64 bytes at a time into masks of byte classes and visits
 # only the lines they cannot turn away (a run of spaces that ends at a printable byte, a
 # printable first byte no branch starts with); first_line's `widest` forces each loop (3
-# AVX-512BW, 2 AVX2, where the CPU has them, 1 SSE2, 0 memchr line by line), each held to the
-# regexes over lines built to sit on every side of what the masks read.
+# AVX-512BW, 2 AVX2, where the CPU has them, 0 memchr line by line), each held to the regexes
+# over lines built to sit on every side of what the masks read.
 
-WIDTHS = (0, 1, 2, 3)
+WIDTHS = (0, 2, 3)
 WIDE_CAPS = (1, 3, 63, 64, 65, 4096)
 RUNS = (0, 1, 2, 4, 15, 16, 31, 32, 33, 62, 63, 64, 65, 66, 70, 130)
 AFTER_RUN = [b"", b"x", b"File \"x\"", b"^^^", b"\t", b"\x0b", b"\r", b"\x1c", b"\xc2\xa0",

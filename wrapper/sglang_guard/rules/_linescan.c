@@ -33,8 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The vector loops (the line search's newlines, literal_lines' anchors) are built for the
-   widest x86-64 units with __attribute__((target)) and chosen where the CPU has them
+/* The vector loops (the line search's byte classes, literal_lines' anchors) are built for
+   the widest x86-64 units with __attribute__((target)) and chosen where the CPU has them
    (__builtin_cpu_supports); SSE2 is every x86-64's. */
 #if defined(__SSE2__)
 #include <emmintrin.h>
@@ -167,13 +167,16 @@ static int takes(int kind, const unsigned char *p, const unsigned char *nl, Py_s
 
    Most lines of a log are taken by no kind, and most say so by their first bytes: a memchr
    call per line to find its newline, then `takes`, cost ~40 ns a line over the bench's log
-   mix, most of it mispredicted branches. The vector loops below (AVX-512BW, AVX2 or SSE2,
-   where the CPU has them) read 64 bytes at a time into masks of byte classes (`Classes`,
-   bit k for at[k]) and turn away, without visiting them, the lines that no kind could take
-   by their first byte (`candidates` says which and why); each line left, and every line of
-   the last bytes short of 64, is decided by `takes` as before: the same lines, the same
-   answer (tests/unit/test_linescan.py holds every width equal). A block no line starts in
-   (inside a long line, decided at its start) costs one compare. */
+   mix, most of it mispredicted branches. The vector loops below (AVX-512BW or AVX2, where
+   the CPU has them) read 64 bytes at a time into masks of byte classes (`Classes`, bit k
+   for at[k]) and turn away, without visiting them, the lines that no kind could take by
+   their first bytes (`candidates` says which and why); each line left, and every line of the
+   last bytes short of 64, is decided by `takes` as before: the same lines, the same answer
+   (tests/unit/test_linescan.py holds every width equal). A block no line starts in (inside
+   a long line, decided at its start) costs one compare. Over a 256 KiB block of traceback
+   frames (in cache, Intel Xeon VM): memchr line by line ~35-47 us, AVX2 ~26-42, AVX-512BW
+   ~19-29; an SSE2 loop (four compares for each class) took ~46-74 and is not built: without
+   AVX2 the search is memchr's. */
 
 /* From the line at p, one line at a time, to the span's end: where the first that `kind`
    takes starts, or -1. The line's newline is at `from` or past it (p[0:from - p] holds
@@ -193,11 +196,13 @@ static Py_ssize_t search_from(const unsigned char *block, const unsigned char *p
     }
 }
 
-/* The classes of 64 bytes: the newlines, "[", " ", the printable bytes 0x21-0x7f (none is a
-   newline or in S), and the bytes that may start an exception ("-", "_", letters; also CR
-   and DEL, which the mask cannot tell from them: more lines visited, never fewer). */
+/* The classes of 64 bytes: the newlines, " ", the printable bytes 0x21-0x7f (none is a
+   newline or in S), and the printable bytes a line `kind` may take can start with (`first`):
+   for FRAMES a request's "[" or an exception's "-", "_" or letter, read as "-" or one of
+   0x41-0x7f but "{" (three compares: the few bytes this takes too, "\\", "]", "^", "`", "|",
+   "}", "~" and DEL, only cost visits); for MESSAGE a record's "["; for BLANK none. */
 typedef struct {
-    uint64_t newline, bracket, space, printable, word;
+    uint64_t newline, space, printable, first;
 } Classes;
 
 /* Which lines of the 64 bytes must be visited: a bit in each (a line may have several).
@@ -209,9 +214,8 @@ typedef struct {
      all such lines at once: adding each line's first bit to `space` carries through its run
      to the byte after it. A run past the 64 bytes, or one that ends elsewhere (a newline,
      another byte of S), is visited.
-   - one starting with a printable byte other than "[" and the exception's: no S (not blank,
-     and not empty), no request or record; for FRAMES, no exception either.
-   - for MESSAGE and BLANK, one starting with an exception's byte; for BLANK, with "[".
+   - one starting with a printable byte not in `first`: no S (not blank, and not empty), and
+     none of the kind's other branches starts with it.
    (A "[" line is visited for FRAMES: marking those that hold "] R", "] F" or "] {", as a
    request must, cost more in compares than it saved in visits over the bench's mixes.)
    Every other line is visited: the empty ones (a newline first), other bytes of S, and the
@@ -223,12 +227,8 @@ static inline __attribute__((always_inline)) uint64_t candidates(const Classes *
     if (__builtin_add_overflow(c->space, spaced, &ends))
         want |= 1ULL << (63 - __builtin_clzll(spaced)); /* the last line's run goes on */
     want |= ends & ~c->space & ~c->printable;
-    uint64_t may = ~c->printable;
-    if (kind == FRAMES)
-        may |= c->bracket | c->word;
-    else if (kind == MESSAGE)
-        may |= c->bracket;
-    return want | (starts & ~c->space & may);
+    (void)kind; /* in c->first */
+    return want | (starts & ~c->space & (~c->printable | c->first));
 }
 
 /* Where a vector loop stands: the next 64 bytes at `at`, the start of the line they begin in
@@ -279,9 +279,8 @@ __attribute__((target("avx512f,avx512bw"))) static Py_ssize_t search_avx512(
     const unsigned char *block, Py_ssize_t start, Py_ssize_t end, int kind, Py_ssize_t cap) {
     Scan s = {block, block + end - 1, block + start, block + start, 1};
     const __m512i newline = _mm512_set1_epi8('\n'), bracket = _mm512_set1_epi8('['),
-                  space = _mm512_set1_epi8(' '), case_bit = _mm512_set1_epi8(0x20),
-                  a = _mm512_set1_epi8('a'), letters = _mm512_set1_epi8(26),
-                  under = _mm512_set1_epi8('_' | 0x20), dash = _mm512_set1_epi8('-');
+                  space = _mm512_set1_epi8(' '), upper = _mm512_set1_epi8(0x40),
+                  brace = _mm512_set1_epi8('{'), dash = _mm512_set1_epi8('-');
     while (s.stop - s.at >= 64) {
         __m512i v = _mm512_loadu_si512((const void *)s.at);
         Classes c;
@@ -290,12 +289,13 @@ __attribute__((target("avx512f,avx512bw"))) static Py_ssize_t search_avx512(
             s.at += 64;
             continue;
         }
-        __m512i folded = _mm512_or_si512(v, case_bit);
-        c.bracket = _mm512_cmpeq_epi8_mask(v, bracket);
         c.space = _mm512_cmpeq_epi8_mask(v, space);
         c.printable = _mm512_cmpgt_epi8_mask(v, space);
-        c.word = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(folded, a), letters)
-                 | _mm512_cmpeq_epi8_mask(folded, under) | _mm512_cmpeq_epi8_mask(folded, dash);
+        if (kind == FRAMES)
+            c.first = (_mm512_cmpgt_epi8_mask(v, upper) & ~_mm512_cmpeq_epi8_mask(v, brace))
+                      | _mm512_cmpeq_epi8_mask(v, dash);
+        else
+            c.first = kind == MESSAGE ? _mm512_cmpeq_epi8_mask(v, bracket) : 0;
         Py_ssize_t found = visit(&s, &c, kind, cap);
         if (found != -2)
             return found;
@@ -310,13 +310,12 @@ __attribute__((target("avx2"))) static Py_ssize_t search_avx2(
     const unsigned char *block, Py_ssize_t start, Py_ssize_t end, int kind, Py_ssize_t cap) {
     Scan s = {block, block + end - 1, block + start, block + start, 1};
     const __m256i newline = _mm256_set1_epi8('\n'), bracket = _mm256_set1_epi8('['),
-                  space = _mm256_set1_epi8(' '), case_bit = _mm256_set1_epi8(0x20),
-                  a = _mm256_set1_epi8('a'), last_letter = _mm256_set1_epi8(25),
-                  under = _mm256_set1_epi8('_' | 0x20), dash = _mm256_set1_epi8('-');
+                  space = _mm256_set1_epi8(' '), upper = _mm256_set1_epi8(0x40),
+                  brace = _mm256_set1_epi8('{'), dash = _mm256_set1_epi8('-');
     while (s.stop - s.at >= 64) {
         __m256i v[2] = {_mm256_loadu_si256((const __m256i *)s.at),
                         _mm256_loadu_si256((const __m256i *)(s.at + 32))};
-        Classes c = {0, 0, 0, 0, 0};
+        Classes c = {0, 0, 0, 0};
         for (int h = 0; h < 2; h++)
             c.newline |= MASK32(_mm256_cmpeq_epi8(v[h], newline)) << (32 * h);
         if (!(c.newline | s.carry)) {
@@ -324,15 +323,15 @@ __attribute__((target("avx2"))) static Py_ssize_t search_avx2(
             continue;
         }
         for (int h = 0; h < 2; h++) {
-            __m256i folded = _mm256_or_si256(v[h], case_bit);
-            __m256i letter = _mm256_sub_epi8(folded, a); /* <= 25 unsigned: a letter */
-            letter = _mm256_cmpeq_epi8(_mm256_min_epu8(letter, last_letter), letter);
-            __m256i word = _mm256_or_si256(letter, _mm256_or_si256(
-                _mm256_cmpeq_epi8(folded, under), _mm256_cmpeq_epi8(folded, dash)));
-            c.bracket |= MASK32(_mm256_cmpeq_epi8(v[h], bracket)) << (32 * h);
+            __m256i first = kind == FRAMES
+                ? _mm256_or_si256(_mm256_andnot_si256(_mm256_cmpeq_epi8(v[h], brace),
+                                                      _mm256_cmpgt_epi8(v[h], upper)),
+                                  _mm256_cmpeq_epi8(v[h], dash))
+                : _mm256_cmpeq_epi8(v[h], bracket);
             c.space |= MASK32(_mm256_cmpeq_epi8(v[h], space)) << (32 * h);
             c.printable |= MASK32(_mm256_cmpgt_epi8(v[h], space)) << (32 * h);
-            c.word |= MASK32(word) << (32 * h);
+            if (kind != BLANK_ONLY)
+                c.first |= MASK32(first) << (32 * h);
         }
         Py_ssize_t found = visit(&s, &c, kind, cap);
         if (found != -2)
@@ -342,63 +341,23 @@ __attribute__((target("avx2"))) static Py_ssize_t search_avx2(
 }
 #endif
 
-#if defined(__SSE2__)
-/* 16 bytes' compare as a mask */
-#define MASK16(x) ((uint64_t)(uint16_t)_mm_movemask_epi8(x))
-
-static Py_ssize_t search_sse2(const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
-                              int kind, Py_ssize_t cap) {
-    Scan s = {block, block + end - 1, block + start, block + start, 1};
-    const __m128i newline = _mm_set1_epi8('\n'), bracket = _mm_set1_epi8('['),
-                  space = _mm_set1_epi8(' '), case_bit = _mm_set1_epi8(0x20),
-                  a = _mm_set1_epi8('a'), last_letter = _mm_set1_epi8(25),
-                  under = _mm_set1_epi8('_' | 0x20), dash = _mm_set1_epi8('-');
-    while (s.stop - s.at >= 64) {
-        __m128i v[4];
-        Classes c = {0, 0, 0, 0, 0};
-        for (int q = 0; q < 4; q++) {
-            v[q] = _mm_loadu_si128((const __m128i *)(s.at + 16 * q));
-            c.newline |= MASK16(_mm_cmpeq_epi8(v[q], newline)) << (16 * q);
-        }
-        if (!(c.newline | s.carry)) {
-            s.at += 64;
-            continue;
-        }
-        for (int q = 0; q < 4; q++) {
-            __m128i folded = _mm_or_si128(v[q], case_bit);
-            __m128i letter = _mm_sub_epi8(folded, a); /* <= 25 unsigned: a letter */
-            letter = _mm_cmpeq_epi8(_mm_min_epu8(letter, last_letter), letter);
-            __m128i word = _mm_or_si128(letter, _mm_or_si128(_mm_cmpeq_epi8(folded, under),
-                                                             _mm_cmpeq_epi8(folded, dash)));
-            c.bracket |= MASK16(_mm_cmpeq_epi8(v[q], bracket)) << (16 * q);
-            c.space |= MASK16(_mm_cmpeq_epi8(v[q], space)) << (16 * q);
-            c.printable |= MASK16(_mm_cmpgt_epi8(v[q], space)) << (16 * q);
-            c.word |= MASK16(word) << (16 * q);
-        }
-        Py_ssize_t found = visit(&s, &c, kind, cap);
-        if (found != -2)
-            return found;
-    }
-    return search_from(block, s.line, s.at, s.stop, kind, cap);
-}
-#endif
-
-/* The widest loop this CPU has (3 AVX-512BW, 2 AVX2, 1 SSE2, 0 none), found at import. */
+/* The widest loop this CPU has (3 AVX-512BW, 2 AVX2, 0 none), found at import. */
 static int cpu_widest;
-#define WIDEST 3 /* `search`'s widest for the walks: whatever the CPU has */
+#ifndef WIDEST
+#define WIDEST 3 /* `search`'s widest for the walks: whatever the CPU has (-D for a bench) */
+#endif
 
 static void init_widest(void) {
 #if defined(HAVE_AVX2_PATH)
-    cpu_widest = __builtin_cpu_supports("avx512bw") ? 3 : __builtin_cpu_supports("avx2") ? 2 : 1;
-#elif defined(__SSE2__)
-    cpu_widest = 1;
+    cpu_widest = __builtin_cpu_supports("avx512bw") ? 3 : __builtin_cpu_supports("avx2") ? 2 : 0;
 #else
     cpu_widest = 0;
 #endif
 }
 
 /* Where the first line of block[start:end] that `kind` takes starts, or -1 (see above), on
-   the widest loop up to `widest` that the CPU has (first_line's tests force each). */
+   the widest loop up to `widest` that the CPU has (3 AVX-512BW, 2 AVX2, less: memchr line by
+   line; first_line's tests force each). */
 static Py_ssize_t search(const unsigned char *block, Py_ssize_t start, Py_ssize_t end, int kind,
                          Py_ssize_t cap, int widest) {
     switch (widest < cpu_widest ? widest : cpu_widest) {
@@ -407,10 +366,6 @@ static Py_ssize_t search(const unsigned char *block, Py_ssize_t start, Py_ssize_
         return search_avx512(block, start, end, kind, cap);
     case 2:
         return search_avx2(block, start, end, kind, cap);
-#endif
-#if defined(__SSE2__)
-    case 1:
-        return search_sse2(block, start, end, kind, cap);
 #endif
     default:
         return search_from(block, block + start, block + start, block + end - 1, kind, cap);
@@ -1673,7 +1628,7 @@ static PyMethodDef methods[] = {
     {"first_line", first_line, METH_VARARGS,
      "first_line(block, start, end, kind, cap[, widest]) -> int: the first line of "
      "block[start:end] that kind (0 frames, 1 message, 2 blank) takes, or -1 (widest: 3 "
-     "AVX-512BW, 2 AVX2, where the CPU has them, 1 SSE2, 0 memchr line by line)."},
+     "AVX-512BW, 2 AVX2, where the CPU has them, less: memchr line by line)."},
     {NULL, NULL, 0, NULL},
 };
 

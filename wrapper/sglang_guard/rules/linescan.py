@@ -5,12 +5,12 @@ lines) that `kind` takes starts (-1: none), exactly as rules/tracebacks.py's byt
 answer (`_next_line`): FRAMES (a line that may end a traceback's frames: exception-shaped, a
 request record or blank), MESSAGE (a record or blank) and BLANK. The C module
 (`_linescan.c`, built by the wheel's build hook, hatch_build.py) reads 64 bytes at a time into
-masks of byte classes (AVX-512BW, AVX2 or SSE2, where the CPU has them), turns away the lines
+masks of byte classes (AVX-512BW or AVX2, where the CPU has them), turns away the lines
 no kind can take by their first bytes, and reads the head of each line left: over the bench's
 log mix, which sits in a traceback, ~0.02 CPU s per million lines (~10 GB/s) where Hyperscan's
 set took ~0.10 and the regexes more (bench/README.md, fourth round), before the masks; the
 reader's whole walk then took ~0.014 where it took ~0.025 (chunks in cache, Intel Xeon VM).
-An optional sixth argument, `widest` (3, 2, 1, 0: memchr line by line), forces a narrower
+An optional sixth argument, `widest` (3, 2, 0: memchr line by line), forces a narrower
 loop: tests/unit/test_linescan.py holds each equal to the regexes.
 
 `advance(state, block, start, end, cap, reads)`: rules/tracebacks.advance's walk over the lines
