@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import os
 import queue
 import random
@@ -21,7 +22,7 @@ import psutil
 import pytest
 
 from sglang_guard.errors import InputError
-from sglang_guard.rules.linereader import Hits, Line, LineReader
+from sglang_guard.rules.linereader import Hits, Line, LineReader, LiteralScan
 from sglang_guard.rules.logline import LINE_CAP
 from sglang_guard.rules.rules import Matcher, load_default_packs
 from sglang_guard.supervise.events import ChildExited
@@ -122,13 +123,24 @@ def test_a_file_sink_is_written_in_c_after_what_it_held(spawn, events, tmp_path,
     assert path.read_bytes() == b"held in the buffer\n" + rand(3 * MB, 3)
 
 
-@pytest.mark.parametrize("on_reader", [True, False], ids=["reader-scans", "scanner-scans"])
+@pytest.mark.parametrize("on_reader", ["yes", "no", "literal", "stale"],
+                         ids=["reader-scans", "scanner-scans", "read-scan", "read-scan-stale"])
 def test_a_scanned_stream_yields_the_same_lines_whichever_thread_scans(events, tmp_path,
                                                                        on_reader):
     # `scan_on_reader`: the reader scans a chunk before handing it on (a scan without the
-    # GIL per hit), or the thread that reads its lines does: the same lines either way.
+    # GIL per hit), or the thread that reads its lines does, or the reader scans in the
+    # read's own call (a LiteralScan: linescan.read_scan): the same lines either way. "stale":
+    # the literal scan handed out before each read is never the one handed out after it (as
+    # across a reload), and finds nothing: the chunk is scanned again as `find` stands.
     matcher = Matcher(load_default_packs())
     matcher.prepare_scan()
+    literal = matcher.literal_scan(False)
+    if on_reader in ("literal", "stale") and literal is None:
+        pytest.skip("the running set is not searched as literals in C here")
+    blind = [LiteralScan(literal.needles, lambda _: Hits(())) for _ in range(2)] if literal else []
+    turns = itertools.count()
+    answers = {"yes": lambda: True, "no": lambda: False, "literal": lambda: literal,
+               "stale": lambda: blind[next(turns) % 2]}
 
     def find(block: bytes) -> Hits:
         return matcher.line_scan(block, False)
@@ -148,7 +160,8 @@ def test_a_scanned_stream_yields_the_same_lines_whichever_thread_scans(events, t
     write = f"import sys; sys.stdout.buffer.write(open({str(source)!r}, 'rb').read())"
     child = Child.spawn([sys.executable, "-c", write], gen=1, events=events,
                         stdout_sink=io.BytesIO(), stderr_sink=io.BytesIO(), find=find,
-                        keep=keep, warm=matcher.warm_thread, scan_on_reader=lambda: on_reader)
+                        keep=keep, warm=matcher.warm_thread,
+                        scan_on_reader=answers[on_reader])
     try:
         lines, _ = collect(events)
         assert child.join(20)

@@ -13,6 +13,7 @@ tests/unit/test_reading_paths.py runs the reader's differential tests on it as w
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import subprocess
@@ -263,6 +264,84 @@ def test_needles_it_cannot_search_are_refused(needles: list[object]) -> None:
     assert linescan.literal_lines is not None
     with pytest.raises((ValueError, TypeError)):
         linescan.literal_lines(b"a\nb\n", needles)  # type: ignore[arg-type]
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_read_scan_reads_as_os_read_and_scans_as_literal_lines(seed: int) -> None:
+    """read_scan(fd, size, needles, widest, marks): what os.read(fd, size) returns and, where
+    that chunk holds a newline, literal_lines' answer for it (None where it holds none),
+    over a pipe written in random pieces (short reads, chunks cut anywhere)."""
+    from sglang_guard.rules import _linescan  # noqa: PLC0415 - built here (needs_c)
+
+    rng = random.Random(seed)  # noqa: S311 - reproducible, not a secret
+    needles = random_needles(rng)
+    data = soup(rng, needles, rng.choice([0, 1, 100, 70_000, 400_000]))
+    size, widest, marks = rng.choice([1, 7, 4096, 65_536, 262_144]), rng.choice(WIDTHS), seed % 2
+    cuts = sorted(rng.sample(range(len(data) + 1), min(len(data) + 1, 30)))
+    read_fd, write_fd = os.pipe()
+
+    def feed() -> None:
+        with os.fdopen(write_fd, "wb", buffering=0) as out:
+            for a, b in itertools.pairwise([0, *cuts, len(data)]):
+                out.write(data[a:b])
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    got = bytearray()
+    try:
+        while True:
+            chunk, pairs = _linescan.read_scan(read_fd, size, needles, widest, marks)
+            assert type(chunk) is bytes and len(chunk) <= size
+            if not chunk:
+                assert pairs is None
+                break
+            got += chunk
+            want = (_linescan.literal_lines(chunk, needles, widest, marks)
+                    if b"\n" in chunk else None)
+            assert pairs == want, (size, widest, chunk[:200])
+    finally:
+        writer.join()
+        os.close(read_fd)
+    assert bytes(got) == data
+
+
+@needs_c
+def test_read_scan_raises_what_os_read_raises() -> None:
+    from sglang_guard.rules import _linescan  # noqa: PLC0415 - built here (needs_c)
+
+    read_fd, write_fd = os.pipe()
+    try:
+        os.set_blocking(read_fd, False)
+        with pytest.raises(BlockingIOError):  # nothing written yet: EAGAIN
+            _linescan.read_scan(read_fd, 10, [b"x"])
+        os.write(write_fd, b"no newline")
+        assert _linescan.read_scan(read_fd, 4, [b"x"]) == (b"no n", None)
+        with pytest.raises(ValueError, match="size"):
+            _linescan.read_scan(read_fd, 0, [b"x"])
+        with pytest.raises(ValueError):
+            _linescan.read_scan(read_fd, 10, [b"a\nb"])
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        _linescan.read_scan(read_fd, 10, [b"x"])
+
+
+@needs_c
+@pytest.mark.parametrize("log", [*LOGS, *sorted(REFERENCE.glob("*.log"))],
+                         ids=lambda p: p.name)
+def test_the_readers_literal_scan_answers_as_the_running_line_scan(log: Path) -> None:
+    """Matcher.literal_scan(False): the same object each time (the reader compares it across
+    its read), none while starting; its needles' pairs, made Hits, are line_scan's answer."""
+    matcher = Matcher(load_default_packs())
+    literal = matcher.literal_scan(False)
+    assert literal is not None and matcher.literal_scan(False) is literal
+    assert matcher.literal_scan(True) is None
+    assert linescan.literal_lines is not None
+    for _, block in random_cuts(log):
+        got = literal.hits(linescan.literal_lines(block, literal.needles, 3, True))
+        assert got == matcher.line_scan(block, False)
 
 
 def test_a_set_with_one_regex_or_too_many_literals_is_not_searched_as_literals() -> None:

@@ -1514,6 +1514,44 @@ static int find_marks(const unsigned char *block, Py_ssize_t len, Pairs *out) {
     return 0;
 }
 
+/* The needles of a literal_lines-style call (a sequence of non-empty bytes-likes without a
+   newline) as Needles with their anchors, their buffers in `held`; 0: an error is set. */
+static int take_needles(PyObject *seq, const char *what, Needle *needles, Py_buffer *held,
+                        Py_ssize_t *taken, Py_ssize_t *count) {
+    if (!take_literals(seq, MAX_NEEDLES, 1, what, held, taken, count))
+        return 0;
+    for (Py_ssize_t k = 0; k < *count; k++) {
+        needles[k] = (Needle){held[k].buf, held[k].len, 0, 0, 0};
+        choose_anchors(&needles[k]);
+    }
+    return 1;
+}
+
+/* The search of literal_lines over block[0:len], without the GIL: 0 done, -1 no memory. */
+static int scan_block(const unsigned char *block, Py_ssize_t len, Needle *needles,
+                      Py_ssize_t count, int widest, int marks, Pairs *out) {
+    int status = find_literals(block, len, needles, count, widest, out);
+    if (status == 0 && marks)
+        status = find_marks(block, len, out);
+    return status;
+}
+
+/* The pairs as a list of (needle, end) tuples; NULL: an error is set. */
+static PyObject *pairs_list(const Pairs *out) {
+    PyObject *result = PyList_New(out->n / 2);
+    if (result == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < out->n; i += 2) {
+        PyObject *pair = Py_BuildValue("(nn)", out->pairs[i], out->pairs[i + 1]);
+        if (pair == NULL) {
+            Py_DECREF(result);
+            return NULL;
+        }
+        PyList_SetItem(result, i / 2, pair);
+    }
+    return result;
+}
+
 static PyObject *literal_lines(PyObject *self, PyObject *args) {
     (void)self;
     Py_buffer view;
@@ -1526,37 +1564,99 @@ static PyObject *literal_lines(PyObject *self, PyObject *args) {
     Py_ssize_t count, taken = 0;
     PyObject *result = NULL;
     Pairs out = {NULL, 0, 0};
-    if (!take_literals(seq, MAX_NEEDLES, 1, "literal_lines' needles", held, &taken, &count))
+    if (!take_needles(seq, "literal_lines' needles", needles, held, &taken, &count))
         goto done;
-    for (Py_ssize_t k = 0; k < count; k++) {
-        needles[k] = (Needle){held[k].buf, held[k].len, 0, 0, 0};
-        choose_anchors(&needles[k]);
-    }
     PyThreadState *saved = view.len >= RELEASE_GIL_AT ? PyEval_SaveThread() : NULL;
-    int status = find_literals(view.buf, view.len, needles, count, widest, &out);
-    if (status == 0 && marks)
-        status = find_marks(view.buf, view.len, &out);
+    int status = scan_block(view.buf, view.len, needles, count, widest, marks, &out);
     if (saved != NULL)
         PyEval_RestoreThread(saved);
     if (status < 0) {
         PyErr_NoMemory();
         goto done;
     }
-    if ((result = PyList_New(out.n / 2)) == NULL)
-        goto done;
-    for (Py_ssize_t i = 0; i < out.n; i += 2) {
-        PyObject *pair = Py_BuildValue("(nn)", out.pairs[i], out.pairs[i + 1]);
-        if (pair == NULL) {
-            Py_CLEAR(result);
-            goto done;
-        }
-        PyList_SetItem(result, i / 2, pair);
-    }
+    result = pairs_list(&out);
 done:
     for (Py_ssize_t k = 0; k < taken; k++)
         PyBuffer_Release(&held[k]);
     free(out.pairs);
     PyBuffer_Release(&view);
+    return result;
+}
+
+#include <errno.h>
+#include <unistd.h>
+
+/* read_scan(fd, size, needles[, widest[, marks]]) -> (chunk, pairs | None): os.read(fd, size)
+   and, where the chunk holds a newline, literal_lines(chunk, needles, widest, marks), with
+   the GIL let go once over both. The pumps' reader (supervise/shell/child.py) otherwise takes
+   the GIL back after the read only to let it go again for the scan: on a 16-core host the
+   reader is the pipe's bound and waits for the GIL behind the threads that read lines and
+   write. pairs is None where nothing was scanned (no newline, or EOF: chunk is b""). EINTR
+   is retried after the signal handlers ran (as os.read does, PEP 475); any other error
+   raises OSError. The chunk is read into a bytes object of `size` bytes, copied once where
+   the read came back shorter (a short read is a drained pipe: the copy is of what it held). */
+static PyObject *read_scan(PyObject *self, PyObject *args) {
+    (void)self;
+    int fd, widest = 3, marks = 0;
+    Py_ssize_t size;
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "inO|ip:read_scan", &fd, &size, &seq, &widest, &marks))
+        return NULL;
+    if (size < 1) {
+        PyErr_SetString(PyExc_ValueError, "read_scan: size must be >= 1");
+        return NULL;
+    }
+    Needle needles[MAX_NEEDLES];
+    Py_buffer held[MAX_NEEDLES];
+    Py_ssize_t count, taken = 0;
+    PyObject *buf = NULL, *chunk = NULL, *pairs = NULL, *result = NULL;
+    Pairs out = {NULL, 0, 0};
+    if (!take_needles(seq, "read_scan's needles", needles, held, &taken, &count))
+        goto done;
+    if ((buf = PyBytes_FromStringAndSize(NULL, size)) == NULL)
+        goto done;
+    unsigned char *data = (unsigned char *)PyBytes_AsString(buf);
+    ssize_t n;
+    int error, status = 0, scanned = 0;
+    for (;;) {
+        Py_BEGIN_ALLOW_THREADS
+        n = read(fd, data, (size_t)size);
+        error = n < 0 ? errno : 0;
+        if (n > 0 && memrchr(data, '\n', (size_t)n) != NULL) {
+            scanned = 1;
+            status = scan_block(data, n, needles, count, widest, marks, &out);
+        }
+        Py_END_ALLOW_THREADS
+        if (n >= 0 || error != EINTR)
+            break;
+        if (PyErr_CheckSignals() < 0)
+            goto done;
+    }
+    if (n < 0) {
+        errno = error;
+        PyErr_SetFromErrno(PyExc_OSError);
+        goto done;
+    }
+    if (status < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (n == size)
+        chunk = Py_NewRef(buf);
+    else if ((chunk = PyBytes_FromStringAndSize((const char *)data, n)) == NULL)
+        goto done;
+    if (!scanned)
+        pairs = Py_NewRef(Py_None);
+    else if ((pairs = pairs_list(&out)) == NULL)
+        goto done;
+    result = PyTuple_Pack(2, chunk, pairs);
+done:
+    for (Py_ssize_t k = 0; k < taken; k++)
+        PyBuffer_Release(&held[k]);
+    free(out.pairs);
+    Py_XDECREF(buf);
+    Py_XDECREF(chunk);
+    Py_XDECREF(pairs);
     return result;
 }
 
@@ -1566,8 +1666,6 @@ done:
    read lines. Retries EINTR and a short write; stops at EAGAIN (a non-blocking fd that is
    full), answering how many bytes went out; any other error raises OSError with what had
    gone out lost to the caller (as a failed write loses it). */
-#include <errno.h>
-#include <unistd.h>
 
 static PyObject *write_pieces(PyObject *self, PyObject *args) {
     (void)self;
@@ -1615,6 +1713,10 @@ static PyMethodDef methods[] = {
      "of block that holds a needle, by the offset just past its newline, once per needle, each "
      "in block order (widest: 3 AVX-512BW, 2 AVX2, where the CPU has them, 1 SSE2, 0 byte by "
      "byte); with marks, also (-1, end) for each line with an ESC or a NUL byte."},
+    {"read_scan", read_scan, METH_VARARGS,
+     "read_scan(fd, size, needles[, widest[, marks]]) -> (chunk, pairs | None): os.read(fd, size) "
+     "and, where the chunk holds a newline, literal_lines(chunk, needles, widest, marks), the GIL "
+     "released once over both."},
     {"quotes_closed", quotes_closed, METH_O,
      "quotes_closed(line) -> bool: every quote the line opens closes on it (logline.CLOSED)."},
     {"advance", advance, METH_VARARGS,

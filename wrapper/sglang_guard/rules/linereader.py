@@ -63,6 +63,17 @@ class Hits(NamedTuple):
 
 
 Find = Callable[[bytes], Hits]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class LiteralScan:
+    """A scan the pumps' reader runs in C on the bytes it reads, in the same call
+    (rules/linescan.read_scan): the set of plain literals it searches (their lines, and those
+    with an ESC or a NUL), and what `Find` answers from the pairs it found. One per matcher
+    and phase: whoever hands it out hands out the same object while it holds."""
+
+    needles: Sequence[bytes]
+    hits: Callable[[list[tuple[int, int]]], Hits]
 _HEADER = tracebacks.HEADER.encode()
 
 

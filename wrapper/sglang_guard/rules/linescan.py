@@ -36,6 +36,11 @@ per match (the running phase of the default pack is four literals). `literal_lin
 needles, widest, True)` adds `(-1, end)` for each complete line with an ESC or a NUL byte,
 the lines the reader must clean to read (rules/linereader._dirty), in the same call.
 
+`read_scan(fd, size, needles, widest, marks)`: `os.read(fd, size)` and, where the chunk
+holds a newline, `literal_lines` over it, the GIL let go once over both: `(chunk, pairs)`,
+pairs None where nothing was scanned. The pumps' reader (supervise/shell/child.py) runs the
+running phase's scan so; it took the GIL back after the read only to let it go for the scan.
+
 `write_pieces(fd, data, piece)`: the pumps' writer's writes (supervise/shell/child.py) in C,
 `piece` bytes per write(2), with the GIL released over the whole chunk: in Python each piece
 took the GIL back, and waited for it behind the threads reading lines.
@@ -84,6 +89,10 @@ LiteralLines = Callable[["bytes | memoryview", Sequence[bytes], int, bool],
                         "list[tuple[int, int]]"]
 literal_lines: LiteralLines | None = None if _module is None else _module.literal_lines
 MAX_NEEDLES = 16  # literal_lines takes at most this many
+# (fd, size, needles, widest, marks) -> (chunk, pairs or None): os.read, then literal_lines.
+ReadScan = Callable[[int, int, Sequence[bytes], int, bool],
+                    "tuple[bytes, list[tuple[int, int]] | None]"]
+read_scan: ReadScan | None = None if _module is None else _module.read_scan
 # write_pieces(fd, data, piece) -> bytes written: the pumps' writer's loop of write(2) calls
 # in C, the GIL released over all of them (supervise/shell/child.py); stops at EAGAIN.
 write_pieces: Callable[[int, bytes, int], int] | None = (

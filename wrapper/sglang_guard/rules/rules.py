@@ -24,10 +24,10 @@ from packaging.version import InvalidVersion, Version
 
 from sglang_guard.common.outcomes import Advice
 from sglang_guard.errors import ConfigError
-from sglang_guard.rules import tracebacks
+from sglang_guard.rules import linescan, tracebacks
 from sglang_guard.rules.blockscan import BlockScan, line_superset, unanchored
 from sglang_guard.rules.fixes import FIX_KINDS, Fix, MatchContext
-from sglang_guard.rules.linereader import Hits
+from sglang_guard.rules.linereader import Hits, LiteralScan
 from sglang_guard.rules.logline import LINE_CAP, error_text
 from sglang_guard.rules.quick import Quick
 from sglang_guard.rules.rulepack import (
@@ -193,22 +193,10 @@ class Matcher:
         marker in it (None: none, or not `starting`: past the start only running-phase
         rules are scanned for)."""
         if not starting:
-            header = self._lines_running.size - 1  # the header: the last pattern (_ALWAYS)
             # In C, the lines with an ESC or a NUL come with it (-1), the GIL let go once.
             marks = self._lines_running.marks
-            found = self._lines_running.line_ends(block, marks=marks)
-            running: dict[int, list[int]] = {}
-            headers: list[int] = []
-            dirty: set[int] = set()
-            for i, end in found:
-                if i == header:
-                    headers.append(end)
-                elif i >= 0:
-                    running.setdefault(end, []).append(self._running_ids[i])
-                else:
-                    dirty.add(end)
-            return Hits(running, headers, rules=running, by=self,
-                        dirty=dirty if marks else None, quick=self._quick_running)
+            return self._running_hits(self._lines_running.line_ends(block, marks=marks),
+                                      marks=marks)
         found = self._lines.line_ends(block)
         first, stop = self._markers
         header = self._lines.size - 1  # the markers, the ready line, then the header
@@ -220,6 +208,37 @@ class Matcher:
         return Hits([end for i, end in found if not first <= i < stop and i != header],
                     [end for i, end in found if i == header],
                     last_stage(block, markers) if markers else None, rules, self)
+
+    def _running_hits(self, found: list[tuple[int, int]], *, marks: bool = True) -> Hits:
+        """`line_scan`'s answer past the start from the running set's pairs (`marks`: they
+        hold the lines with an ESC or a NUL, as (-1, end))."""
+        header = self._lines_running.size - 1  # the header: the last pattern (_ALWAYS)
+        running: dict[int, list[int]] = {}
+        headers: list[int] = []
+        dirty: set[int] = set()
+        for i, end in found:
+            if i == header:
+                headers.append(end)
+            elif i >= 0:
+                running.setdefault(end, []).append(self._running_ids[i])
+            else:
+                dirty.add(end)
+        return Hits(running, headers, rules=running, by=self,
+                    dirty=dirty if marks else None, quick=self._quick_running)
+
+    def literal_scan(self, starting: bool) -> LiteralScan | None:
+        """`line_scan(block, starting)` as the pumps' reader runs it in C on the bytes it
+        reads (rules/linescan.read_scan), the same object each time: past the start, where
+        the running set is searched as literals in C. None: while starting (its scan also
+        finds the stage markers), or not so searched."""
+        return None if starting else self._literal_running
+
+    @cached_property
+    def _literal_running(self) -> LiteralScan | None:
+        literals = self._lines_running.compile().literals
+        if literals is None or linescan.read_scan is None or not self._lines_running.marks:
+            return None
+        return LiteralScan(literals, self._running_hits)
 
     @cached_property
     def _quick_running(self) -> Quick | None:

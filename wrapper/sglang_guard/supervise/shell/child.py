@@ -12,7 +12,8 @@ first: the early stop, `Child._put_lines`):
   slower there, 2 cores); with the C scan, measured alternated on a 16-core device host (4M
   lines, 5 runs an arm), the log mix went from 8.99M to 9.69M lines/s and the near-miss mix
   from 6.44M to 6.93M, the scanner then only reading lines; on 2 cores no change beyond
-  the spread (bench/README.md, "The log path, tenth round");
+  the spread (bench/README.md, "The log path, tenth round"). That C scan runs in the
+  read's own call (`_next`, linescan.read_scan: the GIL let go once for both);
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink
   (WRITE_PIECE bytes per write; to a plain file's descriptor in C, the GIL released over a
   whole chunk's writes: `_put_out`);
@@ -74,8 +75,8 @@ from typing import IO, BinaryIO
 from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.common.shell.threadname import name_this_thread
 from sglang_guard.errors import InputError
-from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
-from sglang_guard.rules.linescan import write_pieces
+from sglang_guard.rules.linereader import Find, Hits, Line, LineReader, LiteralScan
+from sglang_guard.rules.linescan import read_scan, write_pieces
 from sglang_guard.rules.logline import LINE_CAP
 from sglang_guard.rules.quick import Quick
 from sglang_guard.supervise.events import ChildExited, ChildLine, Event, Stream
@@ -164,7 +165,7 @@ class _Pump:
         on_stage: Callable[[str], None] | None = None,
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
-        scan_on_reader: Callable[[], bool] | None = None,
+        scan_on_reader: Callable[[], LiteralScan | bool] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
         self._scan_on_reader = scan_on_reader
@@ -221,7 +222,8 @@ class _Pump:
         with contextlib.suppress(OSError):
             fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
         try:
-            while chunk := os.read(fd, READ_CHUNK):
+            while (read := self._next(fd)) is not None:
+                chunk, hits = read
                 if self._read_total - self._written >= self._budget:
                     self._wait_for_writer(lambda: self._read_total - self._written
                                           < self._budget)
@@ -232,9 +234,6 @@ class _Pump:
                     inline = self._queued == 0 and len(chunk) < READ_CHUNK
                     if not inline:
                         self._queued += 1
-                # past the start in C, without the GIL; else on the thread that reads lines
-                hits = (self.lines.scan(chunk) if self._scan_on_reader is None
-                        or self._scan_on_reader() else None)
                 if inline:  # the scanner has read every chunk before: no hand-off, in order
                     self._lines_of(chunk, hits)
                 else:
@@ -244,6 +243,31 @@ class _Pump:
             self._chunks.put(None)
             self._scans.put(None)
             self._pipe.close()
+
+    def _next(self, fd: int) -> tuple[bytes, Hits | None] | None:
+        """The next chunk (None at EOF) and, where the reader scans it, its scan's hits.
+
+        Past the start in C, without the GIL (`scan_on_reader`, rules/linereader.py): a set
+        of plain literals is searched in the read's own call (linescan.read_scan), the GIL
+        let go once; a scan handed out before the read that is not the one handed out after
+        it (a reload, the phase moved on while the read waited) is not used: the chunk is
+        scanned again as the scan stands now. Else the chunk is read, then scanned here or,
+        where the scan takes the GIL per hit, on the thread that reads its lines."""
+        scan: LiteralScan | bool = (True if self._scan_on_reader is None
+                                    else self._scan_on_reader())
+        if isinstance(scan, LiteralScan) and read_scan is not None:
+            chunk, found = read_scan(fd, READ_CHUNK, scan.needles, 3, True)
+            if not chunk:
+                return None
+            now = self._scan_on_reader() if self._scan_on_reader is not None else True
+            if now is scan:
+                return chunk, None if found is None else scan.hits(found)
+            scan = now
+        else:
+            chunk = os.read(fd, READ_CHUNK)
+            if not chunk:
+                return None
+        return chunk, self.lines.scan(chunk) if scan else None
 
     def _scan(self) -> None:
         self._named("scan")
@@ -368,7 +392,7 @@ class Child:
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
         stops_at: Callable[[Sequence[ChildLine]], bool] | None = None,
-        scan_on_reader: Callable[[], bool] | None = None,
+        scan_on_reader: Callable[[], LiteralScan | bool] | None = None,
     ) -> None:
         if proc.stdout is None or proc.stderr is None:
             raise ValueError("the child must be spawned with both pipes")
@@ -419,7 +443,7 @@ class Child:
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
         stops_at: Callable[[Sequence[ChildLine]], bool] | None = None,
-        scan_on_reader: Callable[[], bool] | None = None,
+        scan_on_reader: Callable[[], LiteralScan | bool] | None = None,
     ) -> Child:
         """Start `argv` (no shell) in a new session with stdin from /dev/null.
 
@@ -442,7 +466,8 @@ class Child:
 
         `scan_on_reader()`: whether a reader scans the chunk it reads now, before handing it
         on (a scan that takes no GIL per hit: rules/rules.Matcher.scan_takes_gil); else the
-        thread that reads its lines scans it. None: the readers always scan.
+        thread that reads its lines scans it. A LiteralScan (rules/rules.Matcher.literal_scan):
+        yes, in the read's own call. None: the readers always scan.
         """
         if events.maxsize:
             raise ValueError("the event queue must be unbounded: readers never wait on it")

@@ -36,7 +36,7 @@ from sglang_guard.common.shell import stderrgate
 from sglang_guard.common.shell.files import write_private
 from sglang_guard.common.shell.logsetup import get_logger
 from sglang_guard.errors import ConfigError, GiveUp, GuardError
-from sglang_guard.rules.linereader import Find, Hits, Line, LineReader
+from sglang_guard.rules.linereader import Find, Hits, Line, LineReader, LiteralScan
 from sglang_guard.rules.logline import LINE_CAP, clean
 from sglang_guard.rules.quick import Quick
 from sglang_guard.rules.stages import READY_LINE
@@ -393,11 +393,16 @@ class Supervisor:
 
         return find
 
-    def _scan_on_reader(self) -> bool:
+    def _scan_on_reader(self) -> LiteralScan | bool:
         """The pumps' readers ask this per chunk: may the reader scan it (the current phase's
-        scan takes no GIL per hit), or does the thread that reads its lines? A stale phase
-        only moves the scan to the other thread."""
-        return not self.rt.env.matcher.scan_takes_gil(self.state.phase == "starting")
+        scan takes no GIL per hit), or does the thread that reads its lines? Past the start,
+        the running set of literals the reader searches in its read's own call (the same
+        object while the matcher holds: a reload or a phase switch during a read shows). A
+        stale phase only moves the scan to the other thread."""
+        starting = self.state.phase == "starting"
+        matcher = self.rt.env.matcher
+        literal = matcher.literal_scan(starting)
+        return literal if literal is not None else not matcher.scan_takes_gil(starting)
 
     def _stage_sink(self, gen: int) -> Callable[[str], None]:
         """Where a launch's line readers put the start-up stages its output's markers name."""
