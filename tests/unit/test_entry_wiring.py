@@ -71,3 +71,41 @@ def test_run_the_drop_in_and_serve_all_go_through_run_process(
         serve.main(["/m", "--model-type", "llm", "--port", "31000"])
     assert seen["argv"] == ("--model-path", "/m", "--port", "31000")
     assert seen["cfg"].sglang.launch[-3:] == ("serve", "--model-type", "llm")
+
+
+class _Shared(Exception):
+    """Raised by the fake share_one_arena: the run stops right there."""
+
+
+def test_a_run_shares_one_malloc_arena_before_it_starts_any_thread(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """entry.run_process limits glibc to one malloc arena first: the pumps' threads would
+    each keep an arena of their own, and after a start-up flood malloc_trim left ~1.2 MiB of
+    them resident (common/shell/heap.share_one_arena)."""
+    import threading  # noqa: PLC0415
+
+    from sglang_guard import entry  # noqa: PLC0415
+    from sglang_guard.common.shell import heap, logsetup  # noqa: PLC0415
+    from sglang_guard.config.guardconfig import GuardConfig  # noqa: PLC0415
+
+    order: list[str] = []
+    threads = threading.active_count()
+
+    def share() -> bool:
+        order.append("share")
+        assert threading.active_count() == threads
+        raise _Shared
+
+    monkeypatch.setattr(heap, "share_one_arena", share)
+    monkeypatch.setattr(logsetup, "configure", lambda *_: order.append("logging"))
+    with pytest.raises(_Shared):
+        entry.run_process(GuardConfig(), ["--model-path", "m"], python=None)
+    assert order == ["share"]
+
+
+def test_one_arena_takes_on_glibc() -> None:
+    import platform  # noqa: PLC0415
+
+    from sglang_guard.common.shell.heap import share_one_arena  # noqa: PLC0415
+
+    assert share_one_arena() is (platform.libc_ver()[0] == "glibc")

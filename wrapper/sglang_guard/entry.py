@@ -52,6 +52,7 @@ def run_process(cfg: GuardConfig, argv: Sequence[str], *, python: str | None,
     """Supervise SGLang with `argv` under `cfg` (status port, state-dir lock, early signals),
     then exit the process with the run's status."""
     from sglang_guard.common.shell import logsetup  # noqa: PLC0415 - the run path only
+    from sglang_guard.common.shell.heap import share_one_arena  # noqa: PLC0415
     from sglang_guard.supervise.shell.runner import RunOptions  # noqa: PLC0415
     from sglang_guard.supervise.shell.session import (  # noqa: PLC0415
         exit_process,
@@ -60,6 +61,7 @@ def run_process(cfg: GuardConfig, argv: Sequence[str], *, python: str | None,
     )
     from sglang_guard.supervise.shell.statelock import default_run_state_dir  # noqa: PLC0415
 
+    share_one_arena()  # before any thread of the run: its chunks' memory goes back after a flood
     logsetup.configure(log_format or cfg.log_format)
     args = tuple(argv)
     opts = RunOptions(argv=args, python=python,
