@@ -458,22 +458,25 @@ enum { S_UNKNOWN = 0, S_OTHER = 1, S_REQUEST = 2, S_TRACEBACK = 3, S_MESSAGE = 4
 enum { ABORT = -1, NO_MEMORY = -2 };
 static const char HEADER[] = "Traceback (most recent call last):";
 
+/* A growing array of pairs, flattened: the walk's exception lines (the line's start, its
+   newline) and literal_lines' matches (needle, line end). */
 typedef struct {
-    Py_ssize_t *at; /* pairs: the line's start, its newline */
-    size_t n, size;
-} Found;
+    Py_ssize_t *pairs;
+    Py_ssize_t n, size;
+} Pairs;
 
-static int found_add(Found *f, Py_ssize_t line, Py_ssize_t stop) {
-    if (f->n + 2 > f->size) {
-        size_t size = f->size ? f->size * 2 : 16;
-        Py_ssize_t *at = realloc(f->at, size * sizeof *at);
-        if (at == NULL)
+/* Append (first, second) to out, growing it; 0: no memory. */
+static int pairs_add(Pairs *out, Py_ssize_t first, Py_ssize_t second) {
+    if (out->n + 2 > out->size) {
+        Py_ssize_t size = out->size ? out->size * 2 : 64;
+        Py_ssize_t *grown = realloc(out->pairs, (size_t)size * sizeof *grown);
+        if (grown == NULL)
             return 0;
-        f->at = at;
-        f->size = size;
+        out->pairs = grown;
+        out->size = size;
     }
-    f->at[f->n++] = line;
-    f->at[f->n++] = stop;
+    out->pairs[out->n++] = first;
+    out->pairs[out->n++] = second;
     return 1;
 }
 
@@ -656,7 +659,7 @@ static int text_at(const unsigned char *block, Py_ssize_t line, Py_ssize_t end, 
 }
 
 static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
-                Py_ssize_t cap, Found *found);
+                Py_ssize_t cap, Pairs *found);
 
 /* block.rfind(b"\n[", start, at): the last newline in block[start:at - 1] that a "[" follows
    (its "[" before `at`), or -1. */
@@ -677,7 +680,7 @@ static Py_ssize_t rfind_record_break(const unsigned char *block, Py_ssize_t star
 /* tracebacks._after_last_record: outside a traceback and a message the last record of the
    span decides; without one, a blank line ends an unknown start. */
 static int after_last_record(int state, const unsigned char *block, Py_ssize_t start,
-                             Py_ssize_t end, Py_ssize_t cap, Found *found) {
+                             Py_ssize_t end, Py_ssize_t cap, Pairs *found) {
     Py_ssize_t at = end - 1, stop, n;
     while (at > start) {
         Py_ssize_t nl = rfind_record_break(block, start, at);
@@ -709,18 +712,18 @@ static int after_last_record(int state, const unsigned char *block, Py_ssize_t s
    step's own-output answer in *own); an exception line that ends a traceback's frames goes
    into `found`. The state after it, ABORT (the line is not plain ASCII) or NO_MEMORY. */
 static int step_line(int state, const unsigned char *block, Py_ssize_t line, Py_ssize_t end,
-                     Py_ssize_t cap, Py_ssize_t *stop, Py_ssize_t *n, int *own, Found *found) {
+                     Py_ssize_t cap, Py_ssize_t *stop, Py_ssize_t *n, int *own, Pairs *found) {
     if (!text_at(block, line, end, cap, stop, n))
         return ABORT;
     int after = step_own(state, block + line, *n, own);
-    if (state == S_TRACEBACK && after == S_MESSAGE && !found_add(found, line, *stop))
+    if (state == S_TRACEBACK && after == S_MESSAGE && !pairs_add(found, line, *stop))
         return NO_MEMORY;
     return after;
 }
 
 /* tracebacks._advance */
 static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
-                Py_ssize_t cap, Found *found) {
+                Py_ssize_t cap, Pairs *found) {
     Py_ssize_t stop, n;
     int own;
     while (start < end) {
@@ -741,7 +744,7 @@ static int walk(int state, const unsigned char *block, Py_ssize_t start, Py_ssiz
 /* The walk over block[start:end] that reads the lines ending just before each of reads[0:n]
    (tracebacks._advance_reading). */
 static int walk_reading(int state, const unsigned char *block, Py_ssize_t start, Py_ssize_t end,
-                        Py_ssize_t cap, const Py_ssize_t *reads, Py_ssize_t n, Found *found) {
+                        Py_ssize_t cap, const Py_ssize_t *reads, Py_ssize_t n, Pairs *found) {
     for (Py_ssize_t k = 0; k < n; k++) {
         Py_ssize_t stop = reads[k], newline, len;
         int own;
@@ -797,12 +800,12 @@ static int read_stops(PyObject *reads, const unsigned char *block, Py_ssize_t st
 
 /* The exception lines of `found` as [(start, stop, text), ...] (each was read once: ASCII). */
 static PyObject *found_list(const unsigned char *block, Py_ssize_t end, Py_ssize_t cap,
-                            const Found *found) {
-    PyObject *list = PyList_New((Py_ssize_t)(found->n / 2));
+                            const Pairs *found) {
+    PyObject *list = PyList_New(found->n / 2);
     if (list == NULL)
         return NULL;
-    for (size_t k = 0; k < found->n; k += 2) {
-        Py_ssize_t line = found->at[k], stop = found->at[k + 1], n;
+    for (Py_ssize_t k = 0; k < found->n; k += 2) {
+        Py_ssize_t line = found->pairs[k], stop = found->pairs[k + 1], n;
         text_at(block, line, end, cap, &stop, &n);
         PyObject *item = Py_BuildValue("(nnN)", line, stop,
                                        PyUnicode_DecodeASCII((const char *)block + line, n, NULL));
@@ -845,7 +848,7 @@ static PyObject *advance(PyObject *self, PyObject *args) {
         PyBuffer_Release(&view);
         return NULL;
     }
-    Found found = {NULL, 0, 0};
+    Pairs found = {NULL, 0, 0};
     int after;
     if (end - start >= RELEASE_GIL_AT) {
         Py_BEGIN_ALLOW_THREADS
@@ -862,7 +865,7 @@ static PyObject *advance(PyObject *self, PyObject *args) {
         result = Py_NewRef(Py_None);
     else if ((list = found_list(block, end, cap, &found)) != NULL)
         result = Py_BuildValue("(iN)", after, list);
-    free(found.at);
+    free(found.pairs);
     PyBuffer_Release(&view);
     return result;
 }
@@ -1135,7 +1138,7 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
         PyBuffer_Release(&view);
         return PyErr_NoMemory();
     }
-    Found found = {NULL, 0, 0};
+    Pairs found = {NULL, 0, 0};
     Py_ssize_t done = 0, r = 0, pos = start;
     int after = state, twice = 0;
     PyThreadState *saved = end - start >= RELEASE_GIL_AT ? PyEval_SaveThread() : NULL;
@@ -1197,7 +1200,7 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
         Py_XDECREF(list);
     }
     free(steps);
-    free(found.at);
+    free(found.pairs);
     for (Py_ssize_t k = 0; k < n_held; k++)
         PyBuffer_Release(&held[k]);
     PyBuffer_Release(&view);
@@ -1289,26 +1292,6 @@ static void choose_anchors(Needle *n) {
     }
     n->at1 = best < second ? best : second;
     n->at2 = best < second ? second : best;
-}
-
-typedef struct {
-    Py_ssize_t *pairs; /* (needle, end) flattened */
-    Py_ssize_t n, size;
-} Pairs;
-
-/* Append (needle, end) to out, growing it; 0: no memory. */
-static int pairs_add(Pairs *out, Py_ssize_t needle, Py_ssize_t end) {
-    if (out->n + 2 > out->size) {
-        Py_ssize_t size = out->size ? out->size * 2 : 64;
-        Py_ssize_t *grown = realloc(out->pairs, (size_t)size * sizeof *grown);
-        if (grown == NULL)
-            return 0;
-        out->pairs = grown;
-        out->size = size;
-    }
-    out->pairs[out->n++] = needle;
-    out->pairs[out->n++] = end;
-    return 1;
 }
 
 /* A match of needle k at s: record its line's end, once per line (none where no newline
