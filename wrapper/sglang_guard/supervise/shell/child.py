@@ -253,13 +253,12 @@ class _Pump:
         it (a reload, the phase moved on while the read waited) is not used: the chunk is
         scanned again as the scan stands now. Else the chunk is read, then scanned here or,
         where the scan takes the GIL per hit, on the thread that reads its lines."""
-        scan: LiteralScan | bool = (True if self._scan_on_reader is None
-                                    else self._scan_on_reader())
+        scan = self._reader_scans()
         if isinstance(scan, LiteralScan) and read_scan is not None:
             chunk, found = read_scan(fd, READ_CHUNK, scan.needles, 3, True)
             if not chunk:
                 return None
-            now = self._scan_on_reader() if self._scan_on_reader is not None else True
+            now = self._reader_scans()
             if now is scan:
                 return chunk, None if found is None else scan.hits(found)
             scan = now
@@ -268,6 +267,10 @@ class _Pump:
             if not chunk:
                 return None
         return chunk, self.lines.scan(chunk) if scan else None
+
+    def _reader_scans(self) -> LiteralScan | bool:
+        """`scan_on_reader()`'s answer now (None given: the reader always scans)."""
+        return True if self._scan_on_reader is None else self._scan_on_reader()
 
     def _scan(self) -> None:
         self._named("scan")
