@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import io
 import itertools
@@ -477,4 +478,25 @@ def test_the_pump_threads_carry_their_launch_stream_and_role(spawn, events):
     while not want <= (names := _thread_names()) and time.monotonic() < deadline:
         threading.Event().wait(0.01)
     assert want <= names, sorted(names)
+    child.stop(2.0)
+
+
+_F_GETPIPE_SZ = 1032  # <linux/fcntl.h>
+
+
+@pytest.mark.parametrize("cores", [1, 2, 3, 4, 16])
+def test_the_pipes_are_as_wide_as_the_cores_allow(spawn, events, monkeypatch, cores):
+    # One read's worth where the child and the pumps share few cores, two reads' where each
+    # can have its own (child.py says why). Read from the child's side of the pipes, after
+    # each reader has read a line (it sizes its pipe before its first read).
+    monkeypatch.setattr(child_module, "_cores", lambda: cores)
+    child = spawn(["print", "stdout", "out"], ["print", "stderr", "err"], ["wait_term"])
+    assert {next_line(events, lambda _: True).text for _ in range(2)} == {"out", "err"}
+    want = child_module.READ_CHUNK * (2 if cores >= 4 else 1)
+    for fd in (1, 2):
+        pipe = os.open(f"/proc/{child.pid}/fd/{fd}", os.O_WRONLY | os.O_NONBLOCK)
+        try:
+            assert fcntl.fcntl(pipe, _F_GETPIPE_SZ) == want
+        finally:
+            os.close(pipe)
     child.stop(2.0)

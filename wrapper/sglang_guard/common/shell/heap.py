@@ -25,7 +25,7 @@ def share_one_arena() -> bool:
     the run starts its threads; whether it took (False elsewhere: musl, macOS).
 
     glibc gives each thread that mallocs an arena of its own. The pumps' threads allocate
-    their chunks (256 KiB each) there, and after a 200 MB start-up flood malloc_trim left
+    their chunks (one read, 512 KiB, each) there, and after a 200 MB start-up flood malloc_trim left
     ~1.2 MiB of them resident: steady RSS after the flood 36.8-37.6 MiB against 35.9-36.1
     with one arena, the same as idle (2-core Intel Xeon VM, 3 runs each; bench/README.md,
     "The log path, thirteenth round").

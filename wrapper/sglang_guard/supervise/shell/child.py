@@ -72,6 +72,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import IO, BinaryIO
 
+from sglang_guard.common.shell.cores import usable_cores
 from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.common.shell.threadname import name_this_thread
 from sglang_guard.errors import InputError
@@ -89,14 +90,37 @@ from sglang_guard.supervise.shell.proctree import (
 )
 
 # Bytes per read: each chunk's buffer stays warm in the cache and the scanner close behind.
-# The pipe is widened (where Linux lets us) to one read, not more: what the pipe holds is
-# what a fatal line written into a flood waits behind. A trade, measured alternated (bench/
-# README.md, "Reaction, third round"): the fatal line inside a stdout flood reached SIGTERM
-# in ~4.8 -> 3.2 ms (H200 host) and ~5.6 -> 3.3-4.4 ms (2 cores) with 256 KiB instead of
-# 1 MiB; the near-miss mix's pass-through took ~10% more CPU (more, shorter reads), the log
-# mix's the same.
-READ_CHUNK = 256 * 1024
-PIPE_SIZE = READ_CHUNK
+# Each chunk also costs the pump threads a fixed share of Python (the reader's hand-offs,
+# the scanner's line reading: ~20 us a chunk, more with the threads sharing two cores), so
+# fewer, larger reads cost less CPU. Measured alternated (bench/README.md, "The log path,
+# fourteenth round"): 512 KiB instead of 256 KiB took the guard's CPU per million lines on 2
+# cores from 0.23 to 0.20 (near-miss mix; the log mix level) and on a 16-core device host
+# from 0.185 to 0.174 (log) and 0.189 to 0.176 (near-miss); the fatal line inside a stdout
+# flood reached SIGTERM in 1.4-2.1 ms against 1.8-2.5 (2 cores) and 1.6-1.7 against
+# 1.6-1.75 (16 cores); the steady RSS after a 200 MB start-up flood rose 0.3 MiB
+# (34.2-34.4 -> 34.0-34.6). Before that (bench/README.md, "Reaction, third round"), with
+# the pipe as wide as a read: the fatal line inside a stdout flood reached SIGTERM in ~4.8
+# -> 3.2 ms (H200 host) and ~5.6 -> 3.3-4.4 ms (2 cores) with 256 KiB instead of 1 MiB.
+READ_CHUNK = 512 * 1024
+# The pipe's capacity (F_SETPIPE_SZ, where Linux lets us), by the cores the guard may use
+# (common/shell/cores.py). What the pipe holds is what a fatal line written into a flood
+# waits behind, and what the child may write while the reader scans. Where the child, the
+# reader, the scanner and the writer can each have a core (WIDE_PIPE_CORES or more), a pipe
+# of two reads lets the child write on while the reader scans: measured alternated on a
+# 16-core device host (4M lines, 4 runs an arm, 512 KiB reads), 0.99x -> 1.09x supervisord
+# (log mix) and 1.01x -> 1.15x (near-miss), the fatal line in a flood 1.6-1.7 -> 2.2-2.4
+# ms (the floor's: 0.8-1.3). On 2 cores the same pipe only lets the child take the core the
+# pumps need: 0.93x -> 0.84x (log), 0.82x -> 0.83x (near-miss), CPU per million lines 0.22
+# -> 0.235 (log): there the pipe holds one read.
+WIDE_PIPE = 2 * READ_CHUNK
+WIDE_PIPE_CORES = 4
+
+
+def pipe_size(cores: int) -> int:
+    """The capacity the pumps give a pipe where the guard may use `cores` cores at once."""
+    return WIDE_PIPE if cores >= WIDE_PIPE_CORES else READ_CHUNK
+
+
 SCAN_BEHIND = 4  # chunks the scanner may be behind the reader
 # Bytes per write to the sink. A file's page cache takes a write in folios as large as the
 # write (Linux 6.x large folios): a 256 KiB write asks the page allocator for 256 KiB at once,
@@ -113,7 +137,7 @@ WRITE_PIECE = 32 * 1024
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
-# A backlog this large is handed back to the kernel once written. 1 MiB, four chunks: with
+# A backlog this large is handed back to the kernel once written. 1 MiB, two chunks: with
 # the writer's WRITE_PIECE writes a 200 MB start-up flood's backlog mostly stays under 8 MiB
 # (the bound before), and what it left in glibc's heap showed 3 s later (steady RSS after the
 # flood, 8 runs alternated: 34.1-36.4 MiB with 8 MiB, 34.2-34.8 with 1 MiB; bench/README.md,
@@ -121,6 +145,13 @@ BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the rea
 TRIM_AFTER = 1024 * 1024
 TRIM_IDLE_S = 1.0  # ... and the stream has been quiet this long
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@functools.cache
+def _cores() -> int:
+    """The cores the guard may use (read once: a process's affinity and quota are set
+    before it starts)."""
+    return usable_cores()
 
 
 def _parent_death_hook() -> Callable[[], None] | None:
@@ -220,7 +251,7 @@ class _Pump:
             self._warm()
         fd = self._pipe.fileno()
         with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, _F_SETPIPE_SZ, PIPE_SIZE)
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, pipe_size(_cores()))
         try:
             while (read := self._next(fd)) is not None:
                 chunk, hits = read
