@@ -25,10 +25,10 @@ def share_one_arena() -> bool:
     the run starts its threads; whether it took (False elsewhere: musl, macOS).
 
     glibc gives each thread that mallocs an arena of its own. The pumps' threads allocate
-    their chunks (one read, 512 KiB, each) there, and after a 200 MB start-up flood malloc_trim left
-    ~1.2 MiB of them resident: steady RSS after the flood 36.8-37.6 MiB against 35.9-36.1
-    with one arena, the same as idle (2-core Intel Xeon VM, 3 runs each; bench/README.md,
-    "The log path, thirteenth round").
+    their chunks (a read's worth each) there, and after a 200 MB start-up flood malloc_trim
+    left ~1.2 MiB of them resident: steady RSS after the flood 36.8-37.6 MiB against
+    35.9-36.1 with one arena, the same as idle (256 KiB reads then; 2-core Intel Xeon VM, 3
+    runs each; bench/README.md, "The log path, thirteenth round").
     """
     with contextlib.suppress(OSError, AttributeError):
         return bool(ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1))
