@@ -23,6 +23,7 @@ import pytest
 
 from sglang_guard.rules import linescan
 from sglang_guard.rules import tracebacks as tb
+from sglang_guard.rules.logline import clean
 from sglang_guard.rules.quick import Quick
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -588,19 +589,81 @@ def test_the_c_walks_read_the_lines_they_are_given_on_every_stored_log(
 def test_the_reading_walk_answers_each_checked_line_and_stops_at_one_not_ascii() -> None:
     block = (b"[2026-11-29 16:50:52] x\n" + tb.HEADER.encode() + b"\n"
              b'  File "x.py", line 1\nValueError: boom\n- ImportError: y\nmore\n'
-             b"caf\xc3\xa9\nlast\n")
+             b"\x1b[33mwarn\x1b[0m \x00y\r\ncaf\xc3\xa9\nlast\n")
     ends = [i + 1 for i in range(len(block)) if block[i] == 10]
     found: list[tuple[int, int, str]] = []
-    # the header read; the exception line, the "- " item, "more" and "café" checked
+    # the header read; the exception line, the "- " item, "more", the colored line and
+    # "café" checked
     done = tb.read_walk(tb.OTHER, block, (0, len(block)), 65536, found, reads=[ends[1]],
-                        checks=[ends[3], ends[4], ends[5], ends[6]])
+                        checks=[ends[3], ends[4], ends[5], ends[6], ends[7]])
     at = block.index(b"ValueError")
     item = block.index(b"- Import")
     more = block.index(b"more")
-    assert done == (tb.MESSAGE, [(at, 16, tb.TRACEBACK, tb.MESSAGE, True),
-                                 (item, 16, tb.MESSAGE, tb.MESSAGE, True),
-                                 (more, 4, tb.MESSAGE, tb.MESSAGE, False)])
+    colored = block.index(b"\x1b[33m")
+    assert done == (tb.MESSAGE, [(at, 16, tb.TRACEBACK, tb.MESSAGE, True, None),
+                                 (item, 16, tb.MESSAGE, tb.MESSAGE, True, None),
+                                 (more, 4, tb.MESSAGE, tb.MESSAGE, False, None),
+                                 (colored, 6, tb.MESSAGE, tb.MESSAGE, False, "warn y")])
     assert found == [(at, at + 16, "ValueError: boom")]
+
+
+# Pieces of escape sequences and their near misses (logline._ANSI's three alternatives, each
+# bound of each class, cut short, nested, at the end) and the text around them.
+ESCAPE_PIECES = [
+    b"\x1b", b"\x1b[", b"\x1b[0m", b"\x1b[1;31m", b"\x1b[38;5;196m", b"\x1b[?25l", b"\x1b[ @",
+    b"\x1b[0;", b"\x1b[/", b"\x1b[0/~", b"\x1b[\x7f", b"\x1b[\x00m", b"\x1b]0;title\x07",
+    b"\x1b]8;;http://x\x1b\\", b"\x1b]", b"\x1b]x\x1b", b"\x1b]x\x1bq", b"\x1b(B", b"\x1b#8",
+    b"\x1b ", b"\x1b /", b"\x1b/0", b"\x1b~", b"\x1b\x7f", b"\x1b\x1f", b"\x1bc", b"\x1b\x1b[m",
+    b"\x00", b"\x00\x00", b"\r", b"\r\r", b" ", b"x", b"ValueError: y", b"[", b"]", b"m", b";",
+    b"\x07", b"\\", b"\t", b"0", b"@", b"~",
+]
+
+
+@needs_c
+@pytest.mark.parametrize("seed", range(40))
+def test_the_reading_walk_cleans_a_colored_line_as_logline_clean(seed: int) -> None:
+    """A checked line whose ASCII head holds an ESC or a NUL comes back with its text as
+    rules/logline.clean makes it (the definition), for caps that cut it anywhere."""
+    rng = random.Random(seed)  # noqa: S311 - reproducible lines, not a secret
+    answered = 0
+    for _ in range(200):
+        line = b"".join(rng.choice(ESCAPE_PIECES) for _ in range(rng.randint(1, 12)))
+        block = line + b"\n"
+        for cap in (1, 2, 3, 5, 8, 13, 65536):
+            head = line[:cap]
+            done = tb.read_walk(tb.OTHER, block, (0, len(block)), cap, [], reads=[],
+                                checks=[len(block)])
+            assert done is not None
+            (step,) = done[1]
+            want = clean(head, cap)
+            if tb._plain(head):
+                assert step[1] == len(want) and step[5] is None
+            else:
+                assert step[5] == want, (line, cap)
+                assert step[1] == len(want)
+                answered += 1
+    assert answered > 500
+
+
+@needs_c
+@pytest.mark.parametrize("state", [tb.TRACEBACK, tb.MESSAGE])
+def test_the_reading_walk_leaves_a_colored_exception_line_that_ends_frames_to_the_reader(
+        state: str) -> None:
+    """The exception line that ends a traceback is the reader's to keep (its ticket): in
+    color, the walk stops at it as at a line not ASCII; a colored frame or message line it
+    steps."""
+    block = (b'  File "x.py", line 1\n\x1b[31m  x = 1\x1b[0m\n'
+             b"\x1b[1;31mValueError: boom\x1b[0m\nafter\n")
+    ends = [i + 1 for i in range(len(block)) if block[i] == 10]
+    done = tb.read_walk(state, block, (0, len(block)), 65536, [], reads=[],
+                        checks=ends[1:])
+    assert done is not None
+    after, steps = done
+    if state == tb.TRACEBACK:  # the frame line stepped, cleaned; the exception line left
+        assert after == tb.TRACEBACK
+        assert steps == [(ends[0], 7, tb.TRACEBACK, tb.TRACEBACK, False, "  x = 1")]
+    else:  # in a message, an exception-shaped line is its next line: stepped
+        assert [s[5] for s in steps] == ["  x = 1", "ValueError: boom", None]
 
 
 @needs_c

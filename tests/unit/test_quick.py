@@ -84,7 +84,8 @@ def c_answer(text: str, state: str, quick: Quick) -> tuple[bool, bool]:
     done = tb.read_walk(state, block, (0, len(block)), LINE_CAP, [], reads=[],
                         checks=[len(block)], quick=quick)
     assert done is not None
-    (_, size, _, _, own), = done[1]
+    (_, size, _, _, own, cleaned), = done[1]
+    assert cleaned is None  # a plain line: its text is the block's
     return size >= 0, own
 
 

@@ -1084,25 +1084,114 @@ static int quick_args(PyObject *quick, Quick *q, Py_buffer *held, Py_ssize_t *he
 /* ---- read_walk: the reader's walk that also steps the lines it checks ----------------------
 
    read_walk(state, block, start, end, cap, reads, checks[, quick])
-       -> (state, [(start, stop, text), ...], [(line, n, before, after, own), ...]) | None
+       -> (state, [(start, stop, text), ...], [(line, n, before, after, own, text), ...]) | None
 
    `advance` with `reads`, where the lines ending just before each offset of `checks` (ascending,
    none also in `reads`) are stepped too, and each is answered as (its start, the length of its
-   text: its head less the trailing CRs, the states before and after it, and whether `step`
-   calls it SGLang's own output): rules/linereader.py then needs no Python to step a checked
-   line, only to ask its `keep`. A checked line whose head is not plain ASCII (or holds an ESC
-   or a NUL) is not stepped: the walk ends at its start, and the answer holds the steps before
-   it (fewer than `checks`) with the state there; the reader reads that line in Python and
-   calls again past it. None as `advance`: a line the walk or a read must step is not plain
-   ASCII (the caller walks in Python). tracebacks._read_walk is the definition.
+   text: its head less the trailing CRs, the states before and after it, whether `step` calls
+   it SGLang's own output, and None): rules/linereader.py then needs no Python to step a
+   checked line, only to ask its `keep`. A checked line whose head is ASCII with an ESC or a
+   NUL (a colored record) is cleaned here (`clean_ascii`) and stepped on its cleaned text,
+   which comes as the last item (a str), unless it is the exception line that ends a
+   traceback. A checked line whose head is not ASCII, or is such an exception line, is not
+   stepped: the walk ends at its start, and the answer holds the steps before it (fewer than
+   `checks`) with the state there; the reader reads that line in Python and calls again past
+   it. None as `advance`: a line the walk or a read must step is not plain ASCII (the caller
+   walks in Python). tracebacks._read_walk is the definition.
 
-   `quick` (fatal, present): a checked line the quick no above turns away is answered with
-   n = -1 (its `keep` would not take it; the reader asks nothing of it). */
+   `quick` (fatal, present): a checked plain line the quick no above turns away is answered
+   with n = -1 (its `keep` would not take it; the reader asks nothing of it). A cleaned line
+   never is: the scan's rules for it are not known (linereader.Hits.dirty). */
 
 typedef struct {
     Py_ssize_t line, n;
     int before, after, own;
+    unsigned char *text; /* a cleaned line's text (malloc'd), or NULL: block[line:line + n] */
 } Step;
+
+/* Whether t[0:n] is ASCII (no byte >= 0x80), 8 bytes at a time. */
+static int ascii_only(const unsigned char *t, Py_ssize_t n) {
+    Py_ssize_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t x;
+        memcpy(&x, t + k, 8);
+        if (x & 0x8080808080808080ULL)
+            return 0;
+    }
+    for (; k < n; k++)
+        if (t[k] >= 0x80)
+            return 0;
+    return 1;
+}
+
+/* rules/logline.clean of an ASCII head t[0:n] into out (room for n bytes), its length: each
+   ECMA-48 sequence of logline._ANSI dropped as its alternatives take it, in their order (CSI:
+   ESC [ params 0x30-0x3F, intermediates 0x20-0x2F, a final 0x40-0x7E; OSC: ESC ] up to a BEL
+   or an ESC, then a BEL or ESC \ if there; else ESC, intermediates, a final 0x30-0x7E), a
+   lone ESC dropped, the NULs left dropped, then the trailing CRs. Each class is disjoint from
+   the next one's, so the regex's greedy match is this one pass's. */
+static Py_ssize_t clean_ascii(const unsigned char *t, Py_ssize_t n, unsigned char *out) {
+    Py_ssize_t i = 0, m = 0;
+    while (i < n) {
+        unsigned char c = t[i];
+        if (c != 0x1b) {
+            if (c != 0)
+                out[m++] = c;
+            i++;
+            continue;
+        }
+        Py_ssize_t k = i + 1;
+        if (k < n && t[k] == '[') { /* CSI */
+            Py_ssize_t j = k + 1;
+            while (j < n && t[j] >= 0x30 && t[j] <= 0x3f)
+                j++;
+            while (j < n && t[j] >= 0x20 && t[j] <= 0x2f)
+                j++;
+            if (j < n && t[j] >= 0x40 && t[j] <= 0x7e) {
+                i = j + 1;
+                continue;
+            }
+        } else if (k < n && t[k] == ']') { /* OSC: always taken */
+            Py_ssize_t j = k + 1;
+            while (j < n && t[j] != 0x07 && t[j] != 0x1b)
+                j++;
+            if (j < n && t[j] == 0x07)
+                j++;
+            else if (j + 1 < n && t[j] == 0x1b && t[j + 1] == '\\')
+                j += 2;
+            i = j;
+            continue;
+        }
+        while (k < n && t[k] >= 0x20 && t[k] <= 0x2f) /* nF and two-byte forms */
+            k++;
+        i = k < n && t[k] >= 0x30 && t[k] <= 0x7e ? k + 1 : i + 1; /* else a lone ESC */
+    }
+    while (m > 0 && out[m - 1] == '\r')
+        m--;
+    return m;
+}
+
+/* A checked line t[0:len] that is not plain (step_line's ABORT): where its head is ASCII,
+   cleaned (clean_ascii) and stepped from `state` into *out (its line left to the caller);
+   the state after it. ABORT: the head is not ASCII, or the line is the exception line that
+   ends a traceback (the reader reads both itself); NO_MEMORY. */
+static int cleaned_step(int state, const unsigned char *t, Py_ssize_t len, Py_ssize_t cap,
+                        Step *out) {
+    Py_ssize_t head = len < cap ? len : cap;
+    if (!ascii_only(t, head))
+        return ABORT;
+    unsigned char *text = malloc(head > 0 ? (size_t)head : 1);
+    if (text == NULL)
+        return NO_MEMORY;
+    Py_ssize_t n = clean_ascii(t, head, text);
+    int own, after = step_own(state, text, n, &own);
+    if (state == S_TRACEBACK && after == S_MESSAGE) {
+        free(text);
+        return ABORT;
+    }
+    *out = (Step){0, n, state, after, own, text};
+    return after;
+}
 
 static PyObject *read_walk(PyObject *self, PyObject *args) {
     (void)self;
@@ -1158,12 +1247,20 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
         int before = after, own;
         after = step_line(after, block, line, stop, cap, &newline, &n, &own, &found);
         if (check && after == ABORT) {
-            after = before; /* read in Python: the walk ends at its start */
-            break;
+            after = cleaned_step(before, block + line, stop - 1 - line, cap, &steps[done]);
+            if (after == NO_MEMORY)
+                break;
+            if (after == ABORT) {
+                after = before; /* read in Python: the walk ends at its start */
+                break;
+            }
+            steps[done++].line = line;
+            pos = stop;
+            continue;
         }
         if (check && after >= 0)
             steps[done++] = (Step){line, asks && !may_keep(block + line, n, own, &quick) ? -1 : n,
-                                   before, after, own};
+                                   before, after, own, NULL};
         else if (!check)
             r++;
         pos = stop;
@@ -1184,8 +1281,11 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
     else if ((list = found_list(block, end, cap, &found)) != NULL
              && (stepped = PyList_New(done)) != NULL) {
         for (Py_ssize_t k = 0; k < done; k++) {
-            PyObject *item = Py_BuildValue("(nniiO)", steps[k].line, steps[k].n, steps[k].before,
-                                           steps[k].after, steps[k].own ? Py_True : Py_False);
+            PyObject *text = steps[k].text == NULL ? Py_NewRef(Py_None)
+                : PyUnicode_DecodeASCII((const char *)steps[k].text, steps[k].n, NULL);
+            PyObject *item = text == NULL ? NULL
+                : Py_BuildValue("(nniiON)", steps[k].line, steps[k].n, steps[k].before,
+                                steps[k].after, steps[k].own ? Py_True : Py_False, text);
             if (item == NULL) {
                 Py_CLEAR(stepped);
                 break;
@@ -1199,6 +1299,8 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
     } else {
         Py_XDECREF(list);
     }
+    for (Py_ssize_t k = 0; k < done; k++)
+        free(steps[k].text);
     free(steps);
     free(found.pairs);
     for (Py_ssize_t k = 0; k < n_held; k++)

@@ -9,7 +9,8 @@ traceback tracker (rules/tracebacks.step) and checked by `keep` (the exact per-l
 matcher); between them the tracker's state moves over the unread lines at C speed
 (rules/tracebacks.advance), and the exception line that ends a traceback is read wherever
 it is. Where the C is built, one walk per chunk (rules/tracebacks.read_walk) also steps the
-checked lines whose head is plain ASCII, so that Python only cuts their text and asks `keep`;
+checked lines whose head is ASCII (a colored one cleaned there), so that Python only cuts
+their text and asks `keep`;
 with the scan's quick no (rules/quick.py, past the start: `Hits.quick`, where `keep` checks
 with the matcher that scanned) the walk also turns away the lines that only quote a fatal
 message, and Python asks nothing of them. A hit costs the lines it is in, not the chunk.
@@ -210,8 +211,9 @@ class LineReader:
               out: list[Line]) -> int:
         """Read `chunk[pos:end]` (`span`) on one walk in C (tracebacks.read_walk): the lines
         ending just before `ends` (ascending) are stepped on it, the `checked` ones then
-        asked of `keep` (all `keep` is left to do); a checked line C does not step (not
-        plain ASCII) is read here and the walk goes on past it. Where the lines read so far
+        asked of `keep` (all `keep` is left to do); a checked line C does not step (its
+        head not ASCII, or a colored exception line) is read here and the walk goes on past
+        it. Where the lines read so far
         end: `end`, or less where C could not walk (the caller's loop reads the rest)."""
         pos, last_end = span
         checks = [e for e in ends if e in checked]
@@ -229,18 +231,19 @@ class LineReader:
             self.state, steps = done
             if found:  # only the last one counts (no rule reads the unchecked ones)
                 self._exception(found[-1][2])
-            for (line, size, before, after, own), end in zip(steps, checks, strict=False):
+            for (line, size, before, after, own, text), end in zip(steps, checks,
+                                                                    strict=False):
                 if size < 0:  # the quick no: `keep` would not take it
                     continue
                 maybe = _maybe(hits, dirty, end)
-                taken = Line(chunk[line:line + size].decode("ascii"), end - 1 - line, own,
-                             tracebacks.ends_frames(before, after), maybe,
+                taken = Line(chunk[line:line + size].decode("ascii") if text is None else text,
+                             end - 1 - line, own, tracebacks.ends_frames(before, after), maybe,
                              None if maybe is None else hits.by)
                 if keep(taken):
                     out.append(taken)
             if len(steps) == len(checks):
                 return last_end
-            end = checks[len(steps)]  # not plain ASCII: read here, then walk on past it
+            end = checks[len(steps)]  # not stepped in C: read here, then walk on past it
             start = chunk.rfind(b"\n", pos, end - 1) + 1 or pos
             self._read(chunk[start:min(end - 1, start + self._cap)], end - 1 - start, out,
                        maybe=_maybe(hits, dirty, end), by=hits.by)

@@ -23,8 +23,10 @@ pass-through bench's mixes from 0.049 to 0.035 CPU s per million lines (log mix)
 
 `read_walk(state, block, start, end, cap, reads, checks)`: `advance` that also steps the
 lines ending just before each offset of `checks`, the lines the reader checks, and answers
-each as `(line, n, before, after, own)` (tracebacks.read_walk), up to the first whose head is
-not plain ASCII; the reader then asks only `keep` of them in Python. Given the quick no's
+each as `(line, n, before, after, own, text)` (tracebacks.read_walk; `text` None, or the
+cleaned text of a line whose ASCII head holds an ESC or a NUL), up to the first whose head is
+not ASCII (or the colored exception line that ends a traceback); the reader then asks only
+`keep` of them in Python. Given the quick no's
 literals (rules/quick.py), a checked line it turns away is answered with n = -1 and the
 reader asks nothing of it.
 
@@ -65,7 +67,8 @@ Advance = Callable[[int, bytes, int, int, int, Sequence[int]],
 # The last argument: None, or the quick no's literals (rules/quick.Quick.literals).
 ReadWalk = Callable[[int, bytes, int, int, int, Sequence[int], Sequence[int],
                      "tuple[Sequence[bytes], Sequence[bytes]] | None"],
-                    "tuple[int, list[tuple[int, int, str]], list[tuple[int, int, int, int, bool]]]"
+                    "tuple[int, list[tuple[int, int, str]],"
+                    " list[tuple[int, int, int, int, bool, str | None]]]"
                     " | None"]
 
 

@@ -244,10 +244,11 @@ def _advance_reading(state: str, block: bytes, span: tuple[int, int], cap: int,
     return advance(state, block, (start, end), cap, exceptions)
 
 
-# A checked line the walk stepped (`read_walk`): its start, its text's length (the text is
-# block[line:line + size], ASCII; -1: the quick no turned it away), the states before and
-# after it, and `step`'s second answer.
-Stepped = tuple[int, int, str, str, bool]
+# A checked line the walk stepped (`read_walk`): its start, its text's length (-1: the quick
+# no turned it away), the states before and after it, `step`'s second answer, and its text
+# where that is not block[line:line + size] (None): a head of ASCII with an ESC or a NUL,
+# cleaned (logline.clean).
+Stepped = tuple[int, int, str, str, bool, str | None]
 
 
 def read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
@@ -257,11 +258,15 @@ def read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
     """`advance` with `reads`, that also steps each line ending just before an offset of
     `checks` (ascending, none in `reads`: the lines the reader checks) and answers it as a
     `Stepped`, in C (rules/_linescan.c; `_read_walk` is the definition). A checked line whose
-    head is not plain ASCII (or holds an ESC or a NUL) ends the walk at its start: fewer
-    steps than `checks`, and the state there (the reader reads that line itself). None: no
-    C here, or a line the walk must step is not plain ASCII (walk it in Python).
+    head is ASCII but holds an ESC or a NUL (a colored record) is cleaned and stepped on the
+    walk too, and answered with its cleaned text, unless it is the exception line that ends
+    a traceback. A checked line whose head is not ASCII, or is such an exception line, ends
+    the walk at its start: fewer steps than `checks`, and the state there (the reader reads
+    that line itself). None: no C here, or a line the walk must step is not plain ASCII
+    (walk it in Python).
 
-    `quick`: a checked line rules/quick.may_keep says no to is answered with size -1."""
+    `quick`: a checked plain line rules/quick.may_keep says no to is answered with size -1
+    (never a cleaned one: the scan's rules for it are not known, Hits.dirty)."""
     walk = linescan.read_walk
     if walk is None:
         return None
@@ -271,8 +276,8 @@ def read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
         return None
     after, found, steps = done
     exceptions += found
-    return STATES[after], [(line, size, STATES[before], STATES[then], own)
-                           for line, size, before, then, own in steps]
+    return STATES[after], [(line, size, STATES[before], STATES[then], own, text)
+                           for line, size, before, then, own, text in steps]
 
 
 def _plain(head: bytes) -> bool:
@@ -291,8 +296,17 @@ def _read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
     for stop in sorted([*reads, *checks]):
         line = block.rfind(b"\n", start, stop - 1) + 1 or start
         state = advance(state, block, (start, line), cap, exceptions)
-        if stop in wanted and not _plain(block[line:min(stop - 1, line + cap)]):
-            return state, steps
+        head = block[line:min(stop - 1, line + cap)]
+        if stop in wanted and not _plain(head):
+            if not head.isascii():
+                return state, steps
+            cleaned = clean(head, cap)  # an ESC or a NUL: its cleaned text is read
+            then, own = step(state, cleaned)
+            if ends_frames(state, then):  # the exception line: read by the reader itself
+                return state, steps
+            steps.append((line, len(cleaned), state, then, own, cleaned))
+            state, start = then, stop
+            continue
         newline, text = _line_at(block, line, stop, cap)
         before = state
         state, own = step(before, text)
@@ -300,7 +314,7 @@ def _read_walk(state: str, block: bytes, span: tuple[int, int], cap: int,
             exceptions.append((line, newline, text))
         if stop in wanted:
             kept = quick is None or may_keep(text, own, quick)
-            steps.append((line, len(text) if kept else -1, before, state, own))
+            steps.append((line, len(text) if kept else -1, before, state, own, None))
         start = stop
     return advance(state, block, (start, end), cap, exceptions), steps
 
