@@ -1171,13 +1171,14 @@ static Py_ssize_t clean_ascii(const unsigned char *t, Py_ssize_t n, unsigned cha
     return m;
 }
 
-/* A checked line t[0:len] that is not plain (step_line's ABORT): where its head is ASCII,
-   cleaned (clean_ascii) and stepped from `state` into *out (its line left to the caller);
+/* The checked line at `line` (its newline just before `stop`) that is not plain (step_line's
+   ABORT): where its head is ASCII, cleaned (clean_ascii) and stepped from `state` into *out;
    the state after it. ABORT: the head is not ASCII, or the line is the exception line that
    ends a traceback (the reader reads both itself); NO_MEMORY. */
-static int cleaned_step(int state, const unsigned char *t, Py_ssize_t len, Py_ssize_t cap,
-                        Step *out) {
-    Py_ssize_t head = len < cap ? len : cap;
+static int cleaned_step(int state, const unsigned char *block, Py_ssize_t line, Py_ssize_t stop,
+                        Py_ssize_t cap, Step *out) {
+    const unsigned char *t = block + line;
+    Py_ssize_t len = stop - 1 - line, head = len < cap ? len : cap;
     if (!ascii_only(t, head))
         return ABORT;
     unsigned char *text = malloc(head > 0 ? (size_t)head : 1);
@@ -1189,7 +1190,7 @@ static int cleaned_step(int state, const unsigned char *t, Py_ssize_t len, Py_ss
         free(text);
         return ABORT;
     }
-    *out = (Step){0, n, state, after, own, text};
+    *out = (Step){line, n, state, after, own, text};
     return after;
 }
 
@@ -1247,14 +1248,14 @@ static PyObject *read_walk(PyObject *self, PyObject *args) {
         int before = after, own;
         after = step_line(after, block, line, stop, cap, &newline, &n, &own, &found);
         if (check && after == ABORT) {
-            after = cleaned_step(before, block + line, stop - 1 - line, cap, &steps[done]);
+            after = cleaned_step(before, block, line, stop, cap, &steps[done]);
             if (after == NO_MEMORY)
                 break;
             if (after == ABORT) {
                 after = before; /* read in Python: the walk ends at its start */
                 break;
             }
-            steps[done++].line = line;
+            done++;
             pos = stop;
             continue;
         }

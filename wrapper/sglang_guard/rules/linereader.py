@@ -213,8 +213,8 @@ class LineReader:
         ending just before `ends` (ascending) are stepped on it, the `checked` ones then
         asked of `keep` (all `keep` is left to do); a checked line C does not step (its
         head not ASCII, or a colored exception line) is read here and the walk goes on past
-        it. Where the lines read so far
-        end: `end`, or less where C could not walk (the caller's loop reads the rest)."""
+        it. Where the lines read so far end: `end`, or less where C could not walk (the
+        caller's loop reads the rest)."""
         pos, last_end = span
         checks = [e for e in ends if e in checked]
         reads = [e for e in ends if e not in checked]

@@ -26,9 +26,8 @@ lines ending just before each offset of `checks`, the lines the reader checks, a
 each as `(line, n, before, after, own, text)` (tracebacks.read_walk; `text` None, or the
 cleaned text of a line whose ASCII head holds an ESC or a NUL), up to the first whose head is
 not ASCII (or the colored exception line that ends a traceback); the reader then asks only
-`keep` of them in Python. Given the quick no's
-literals (rules/quick.py), a checked line it turns away is answered with n = -1 and the
-reader asks nothing of it.
+`keep` of them in Python. Given the quick no's literals (rules/quick.py), a checked plain line
+it turns away is answered with n = -1 and the reader asks nothing of it.
 
 `literal_lines(block, needles)`: `[(needle index, line end)]`, each complete line of `block`
 (by the offset just past its newline) that holds a needle (bytes, no newline), once per
