@@ -9,10 +9,12 @@ where a record's keys are spelled); consumers match on their types, never on rec
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any, ClassVar
+
+from sglang_guard.common.record import record
 
 
 class Phase(StrEnum):
@@ -81,7 +83,7 @@ class GiveUpCause(StrEnum):
 # (tests/unit/test_journal_events.py compares every kind with a recorded run's journal).
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class JournalEvent:
     """One journal record. Subclasses name their `EVENT`; their fields are its keys."""
 
@@ -112,7 +114,7 @@ _NODE = frozenset({"node"})  # a leader journals a worker's line with the worker
 # -- a launch and its end --
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ChildStarted(JournalEvent):
     """Launch `gen` of SGLang began (argv masked)."""
 
@@ -122,7 +124,7 @@ class ChildStarted(JournalEvent):
     argv: Sequence[str]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ChildExit(JournalEvent):
     """SGLang's main process of launch `gen` exited."""
 
@@ -132,7 +134,7 @@ class ChildExit(JournalEvent):
     returncode: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class NotStarted(JournalEvent):
     """A launch was called off while it waited for SGLang's port."""
 
@@ -141,7 +143,7 @@ class NotStarted(JournalEvent):
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Ready(JournalEvent):
     """Launch `gen` answered its health check."""
 
@@ -150,7 +152,7 @@ class Ready(JournalEvent):
     argv: Sequence[str]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Stable(JournalEvent):
     """Launch `gen` stayed ready for `stable_after_s`: the past is forgiven."""
 
@@ -158,7 +160,7 @@ class Stable(JournalEvent):
     gen: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class LivenessFailed(JournalEvent):
     """A /health_generate probe failed (`streak` in a row)."""
 
@@ -168,7 +170,7 @@ class LivenessFailed(JournalEvent):
     detail: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class StageStarted(JournalEvent):
     """SGLang entered a start-up stage."""
 
@@ -177,7 +179,7 @@ class StageStarted(JournalEvent):
     stage: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class StartStalled(JournalEvent):
     """A start-up stage made no progress within its limit."""
 
@@ -190,7 +192,7 @@ class StartStalled(JournalEvent):
     action: str  # [start] on_stall
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class BackingOff(JournalEvent):
     """A failed launch: the next one waits `delay_s`."""
 
@@ -200,7 +202,7 @@ class BackingOff(JournalEvent):
     failures_in_window: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class SignalSeen(JournalEvent):
     """The guard was told to stop (SIGTERM, SIGINT)."""
 
@@ -208,7 +210,7 @@ class SignalSeen(JournalEvent):
     signal: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GuardExit(JournalEvent):
     """The guard ended with this status."""
 
@@ -217,7 +219,7 @@ class GuardExit(JournalEvent):
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class RestartPlanned(JournalEvent):
     """A config edit changed SGLang's command line: one graceful restart."""
 
@@ -229,7 +231,7 @@ class RestartPlanned(JournalEvent):
 # -- what a log line (or preflight, or fleet memory) changed --
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class LogFix(JournalEvent):
     """A rule's fix edited the command line (a `free_port` fix names the busy port)."""
 
@@ -258,7 +260,7 @@ class LogFix(JournalEvent):
         return record
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class UndoFix(JournalEvent):
     """SGLang's parser rejected the guard's own change: the command line before it returns."""
 
@@ -276,7 +278,7 @@ class UndoFix(JournalEvent):
     node: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class PreflightFinding(JournalEvent):
     """A preflight finding: `remediated` when it changed the line, else `preflight.<action>`."""
 
@@ -301,7 +303,7 @@ class PreflightFinding(JournalEvent):
         return "remediated" if self.is_fix else f"preflight.{self.action}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FleetFix(JournalEvent):
     """An edit of a proven fleet entry, applied before the first launch."""
 
@@ -319,7 +321,7 @@ class FleetFix(JournalEvent):
     argv_after: Sequence[str]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Restored(JournalEvent):
     """A rule fired again after its fix: the last command line that reached ready returns."""
 
@@ -333,7 +335,7 @@ class Restored(JournalEvent):
     node: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FixRefused(JournalEvent):
     """A fix would give a command line SGLang's parser rejects: not applied."""
 
@@ -347,7 +349,7 @@ class FixRefused(JournalEvent):
     node: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class CrashDetected(JournalEvent):
     """A `restart` rule matched: SGLang crashed in a way known to pass."""
 
@@ -361,7 +363,7 @@ class CrashDetected(JournalEvent):
     node: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class Advice(JournalEvent):
     """An advice rule matched: what to read; nothing changed."""
 
@@ -383,7 +385,7 @@ class Advice(JournalEvent):
 # -- giving up --
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GiveUpPlanned(JournalEvent):
     """The guard will give up once SGLang's tree is stopped (`klass`: the record's `class`)."""
 
@@ -399,7 +401,7 @@ class GiveUpPlanned(JournalEvent):
     node: int | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GaveUp(JournalEvent):
     """The guard gave up, for this cause (the metrics' label; never read from `reason`)."""
 
@@ -413,7 +415,7 @@ class GaveUp(JournalEvent):
 # -- a multi-node group --
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GroupStarted(JournalEvent):
     """This node is part of a group."""
 
@@ -424,7 +426,7 @@ class GroupStarted(JournalEvent):
     port: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class NodeDown(JournalEvent):
     """Leader: a worker's SGLang exited, stalled or went silent; the group restarts."""
 
@@ -436,7 +438,7 @@ class NodeDown(JournalEvent):
     stage: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GroupRelaunched(JournalEvent):
     """Worker: the leader started group generation `group_gen` (`cause`: its decision)."""
 
@@ -446,7 +448,7 @@ class GroupRelaunched(JournalEvent):
     argv_after: Sequence[str]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GroupExited(JournalEvent):
     """Worker: the group ends, as the leader (or its loss) says."""
 
@@ -455,7 +457,7 @@ class GroupExited(JournalEvent):
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class GroupRejected(JournalEvent):
     """Leader: a request refused (`suppressed`: the like ones not journaled since)."""
 
@@ -467,7 +469,7 @@ class GroupRejected(JournalEvent):
     suppressed: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class LearnedRefused(JournalEvent):
     """Leader: the learned command line is not replayed."""
 
@@ -476,7 +478,7 @@ class LearnedRefused(JournalEvent):
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class LearnedReplayed(JournalEvent):
     """Leader: the learned command line is launched instead of the user's."""
 
@@ -489,7 +491,7 @@ class LearnedReplayed(JournalEvent):
 # -- the guard's own housekeeping --
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ReloadApplied(JournalEvent):
     """A reload was taken (`restart`: SGLang restarts with the new command line)."""
 
@@ -503,7 +505,7 @@ class ReloadApplied(JournalEvent):
     note: str | None = None  # a group worker does not restart on its own
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class ReloadRejected(JournalEvent):
     """A reload was refused: what keeps serving."""
 
@@ -514,7 +516,7 @@ class ReloadRejected(JournalEvent):
     keeps: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class OrphansStopped(JournalEvent):
     """What a SIGKILLed guard left behind, verified and stopped."""
 
@@ -526,7 +528,7 @@ class OrphansStopped(JournalEvent):
     killed: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class OrphansLeft(JournalEvent):
     """What was left alone (`pgid` None: the child record itself could not be read)."""
 
@@ -545,7 +547,7 @@ class OrphansLeft(JournalEvent):
         return record
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class StatusListening(JournalEvent):
     """Where the status port listens."""
 
@@ -557,7 +559,7 @@ class StatusListening(JournalEvent):
 # -- fleet memory (fleet/shell/fleet.py) --
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FleetLookup(JournalEvent):
     """The store was asked for this key's entry (`result`: hit, miss, known_bad, error,
     unavailable)."""
@@ -572,7 +574,7 @@ class FleetLookup(JournalEvent):
     reason: str | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FleetRefused(JournalEvent):
     """The key's entry is not applied."""
 
@@ -584,7 +586,7 @@ class FleetRefused(JournalEvent):
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FleetError(JournalEvent):
     """A store call failed (the guard goes on alone)."""
 
@@ -604,7 +606,7 @@ class FleetChange(StrEnum):
     SKIPPED = "fleet.skipped"  # the same fix is known-bad already: nothing written
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@record(kw_only=True)
 class FleetChanged(JournalEvent):
     """The store's entry for the key was written (`more`: what the change adds)."""
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import field, fields, replace
 from typing import Any, Literal, cast, get_args
 
+from sglang_guard.common.record import record
 from sglang_guard.config.tomlread import Table
 from sglang_guard.errors import InputError
 from sglang_guard.sglang.options import BACKEND_FLAGS
@@ -21,7 +22,7 @@ POLICY_MODES: tuple[str, ...] = get_args(PolicyMode)
 LogFormat = Literal["auto", "json", "console"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PolicyConfig:
     """What to do with a flag that does not fit: per-flag overrides over a default."""
 
@@ -35,7 +36,7 @@ class PolicyConfig:
         return self.flags.get(flag, self.default)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SglangSection:
     """The SGLang command the guard runs when none is given on its command line."""
 
@@ -48,7 +49,7 @@ class SglangSection:
     version: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RestartSection:
     """Crash-loop limits and backoff."""
 
@@ -65,7 +66,7 @@ class RestartSection:
     give_up_on_repeat: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HealthSection:
     """Readiness and liveness probing of SGLang's HTTP server."""
 
@@ -79,7 +80,7 @@ class HealthSection:
 ON_STALL = ("restart", "give_up")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StartSection:
     """Start-up progress watching: per stage, the longest time without progress (0: off).
 
@@ -99,7 +100,7 @@ class StartSection:
         return float(getattr(self, f"{stage}_s"))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RulesSection:
     """Which rule packs the supervisor matches log lines against."""
 
@@ -123,7 +124,7 @@ def derived_port(base: int, instance_port: int | None) -> int:
     return base if instance_port is None else base + 2 * (instance_port % PORT_SPREAD)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GroupSection:
     """A multi-node group's guards (docs/multinode.md): the leader's port, the silence bounds."""
 
@@ -148,7 +149,7 @@ LEARN_SCHEMES = ("file://", "etcd://", "etcds://")
 LEARN_TIMEOUT_MAX_S = 2.0  # a store may delay a start by this much, never more
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class LearnSection:
     """Fleet memory (fleet/shell/fleet.py): a store the fleet's guards share fixes through; off
     unless `store` is set. Credentials come from files, never from this file itself."""
@@ -187,7 +188,7 @@ _LISTEN = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<host>[^\s:\[\]]*)):(?P
 _OFF = ("", "off")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StatusSection:
     """The guard's own HTTP port: metrics and probes, up before preflight."""
 
@@ -229,7 +230,7 @@ def _loopback(host: str) -> bool:
     return host in {"localhost", "::1"} or host.startswith("127.")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GuardConfig:
     """The whole guard config; every section has defaults, so an empty file is valid."""
 

@@ -9,9 +9,9 @@ naming the file and the dotted key.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from sglang_guard.common.record import record
 from sglang_guard.config.limits import toml_loads
 from sglang_guard.errors import ConfigError
 
@@ -51,7 +51,7 @@ def kind_name(kinds: Kinds) -> str:
 _MISSING = object()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Table:
     """One TOML table and where it sits (`at`, a dotted key; "" at the root)."""
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from typing import Any
 
 from sglang_guard.common.outcomes import FixKind
+from sglang_guard.common.record import record
 from sglang_guard.rules.packcheck import INTERNAL_PORTS, is_denied, resolve_flag
 from sglang_guard.rules.rulepack import RulePack
 from sglang_guard.sglang.argv import CONFIG_FLAG, CommandLine, parse_command_line
@@ -56,7 +57,7 @@ def per_host(flag: str, dest: str = "") -> bool:
         or flag == CONFIG_FLAG or is_secret_dest(dest or flag.lstrip("-").replace("-", "_"))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FleetKey:
     """What decides whether a learned fix applies; equal keys, equal decisions."""
 
@@ -118,7 +119,7 @@ def make_key(cl: CommandLine, *, sglang: str | None, model_config: str | None,
 # -- entries --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FleetEdit:
     """One change of the command line, as the journal writes a remediation."""
 
@@ -132,7 +133,7 @@ class FleetEdit:
         return asdict(self)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Origin:
     """Where and when an entry was learned (no secrets: a guard id and a time)."""
 
@@ -142,7 +143,7 @@ class Origin:
     gpu: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Entry:
     """What one guard learned for a key."""
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, field, replace
 from typing import Any
 
 from sglang_guard.common.outcomes import GiveUpCause
+from sglang_guard.common.record import record
 from sglang_guard.common.sha import sha256
 from sglang_guard.config.guardconfig import DEFAULT_GROUP_PORT, derived_port
 from sglang_guard.errors import EXIT_LEADER_LOST, InputError
@@ -30,7 +31,7 @@ from sglang_guard.supervise.events import Event, GroupExit, GroupReady, GroupRel
 PER_NODE = frozenset({"node_rank", "host", "port"})
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GroupSpec:
     """This node's place in a multi-node group."""
 
@@ -105,7 +106,7 @@ def group_spec(cl: CommandLine, environ: Mapping[str, str], port: int) -> GroupS
 # -- the inputs every node must share -------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Digest:
     """What a node would launch from: equal digests give equal decisions (preflight is pure)."""
 
@@ -194,7 +195,7 @@ def differences(leader: Digest, node: Digest) -> list[str]:
 # -- the leader's book of its workers -------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Member:
     """A worker as the leader last heard of it."""
 
@@ -203,7 +204,7 @@ class Member:
     phase: str = "joined"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Roster:
     """The leader's view of the group."""
 
@@ -277,7 +278,7 @@ def mark_reported(roster: Roster, gen: int, rank: int) -> Roster:
 # -- a worker following its leader ----------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Launch:
     """What the leader launched: its command line, its YAML, where it names derived files."""
 
@@ -373,7 +374,7 @@ def worker_command_line(launch: Launch, rank: int, options: OptionTable, derived
     return parse_command_line(result.argv, options, yaml_data)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reply:
     """The leader's answer to a heartbeat."""
 
@@ -385,7 +386,7 @@ class Reply:
     exit_cause: GiveUpCause = GiveUpCause.OTHER  # why the leader gave up (with `exit`)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Follower:
     """A worker's memory of its leader."""
 

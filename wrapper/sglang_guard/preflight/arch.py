@@ -8,9 +8,10 @@ text config. This module only evaluates it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal, cast
 
+from sglang_guard.common.record import record
 from sglang_guard.config.tomlread import Table
 from sglang_guard.errors import ConfigError
 from sglang_guard.preflight.facts import AttentionArch
@@ -19,7 +20,7 @@ FieldTest = Literal["not_null", "truthy_or_missing"]
 _MISSING = object()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ArchRule:
     """If any of `any_of` is among the architectures (and the field test holds): `arch`."""
 
@@ -41,7 +42,7 @@ class ArchRule:
         return value is _MISSING or bool(value)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ArchTable:
     """The ordered rules, the draft renames, and the SGLang version they were read from."""
 

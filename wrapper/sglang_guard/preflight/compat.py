@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from sglang_guard.common.record import record
 from sglang_guard.errors import InputError
 from sglang_guard.preflight.compat_table import (
     ARCHS,
@@ -52,7 +52,7 @@ ProblemKind = Literal[
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Problem:
     """One reason SGLang would refuse (or rewrite) a backend flag."""
 

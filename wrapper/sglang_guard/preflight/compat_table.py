@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from sglang_guard.common.record import record
 from sglang_guard.config.tomlread import Table, is_kind
 from sglang_guard.resources import config_path
 
@@ -31,7 +32,7 @@ _PLATFORMS = ("any", "cuda", "rocm", "npu", "cpu", "xpu")
 Ranges = tuple[tuple[int, int], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Constraint:
     """One requirement of a backend, with what SGLang says when it is not met."""
 
@@ -69,7 +70,7 @@ class Constraint:
     message_by: str | None = None  # "python" | "kernel": not SGLang's own text
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Alias:
     """A deprecated backend name and what SGLang turns it into."""
 
@@ -81,7 +82,7 @@ class Alias:
     forces_slots: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Backend:
     """One backend name SGLang accepts, and its constraints in SGLang's order."""
 
@@ -95,7 +96,7 @@ class Backend:
     sglang: str = ""  # the releases this entry is for ("": every release that has the name)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelList:
     """A model whose SGLang argument phase takes only the listed backends (per release)."""
 
@@ -106,7 +107,7 @@ class ModelList:
     slots: tuple[str, ...] = ()  # the flags SGLang checks against the list
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Kv4:
     """SGLang's FP4 KV cache checks (handle_kv4_compatibility) as one release has them."""
 
@@ -124,7 +125,7 @@ class Kv4:
     prefill_sources: tuple[tuple[str, str], ...] = ()  # (neither | sm100 | decode, cite)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class KvSm:
     """A --kv-cache-dtype value SGLang's argument phase refuses outside some SMs."""
 
@@ -137,7 +138,7 @@ class KvSm:
     source: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Preference:
     """Ordered replacement candidates for some archs on some GPUs."""
 
@@ -148,7 +149,7 @@ class Preference:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CompatTable:
     """configs/backends.toml, validated."""
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import field, fields
 from typing import Literal
+
+from sglang_guard.common.record import record
 
 AttentionArch = Literal["mla", "mha", "ssm", "unknown"]
 ATTENTION_ARCHS: tuple[AttentionArch, ...] = ("mla", "mha", "ssm", "unknown")
@@ -15,7 +17,7 @@ ATTENTION_ARCHS: tuple[AttentionArch, ...] = ("mla", "mha", "ssm", "unknown")
 CONFIG_FIELDS = ("dual_chunk_attention_config", "index_topk")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelShape:
     """The config.json numbers the size checks read (SGLang's hf_text_config), None when absent."""
 
@@ -51,7 +53,7 @@ class ModelShape:
                       else None})
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModelFacts:
     """A model as SGLang would see it (after overrides and draft renames)."""
 
@@ -64,7 +66,7 @@ class ModelFacts:
     shape: ModelShape | None = None  # None: config.json was not read (size checks skipped)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GpuFacts:
     """The GPU's compute capability as an SM number (90 for 9.0), or None when unknown."""
 

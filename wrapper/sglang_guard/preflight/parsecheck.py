@@ -11,8 +11,7 @@ Pure: the parsed command line in, one `Rejection` per rejected occurrence out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from sglang_guard.common.record import record
 from sglang_guard.sglang.argv import CommandLine, Occurrence
 from sglang_guard.sglang.options import OptionTable
 
@@ -21,7 +20,7 @@ PARSER_SOURCE = "sglang/srt/server_args.py prepare_server_args: parser.parse_arg
 HELP = ("-h", "--help")  # argparse.ArgumentParser(add_help=True), SGLang's parser in 0.5.x
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rejection:
     """One occurrence SGLang's parser rejects: the flag (as written), its value, why."""
 

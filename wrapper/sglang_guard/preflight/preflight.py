@@ -7,12 +7,13 @@ the clock, the environment or the disk.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any, Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.common.record import record
 from sglang_guard.config.guardconfig import PolicyConfig
 from sglang_guard.preflight.compat import (
     BACKEND_FLAGS,
@@ -49,7 +50,7 @@ KV_RENAMED = (("fp4_e2m1", "fp4_mx_block16", ">=0.5.16,<=0.5.20",
                "sglang/srt/mem_cache/kv_cache_dtype.py:59 (0.5.16; :67 in 0.5.20)"),)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Finding:
     """One flag that does not fit, and what the policy did about it."""
 
@@ -69,7 +70,7 @@ class Finding:
                 "source": self.source, "sglang_message": self.sglang_message}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decision:
     """The outcome of preflight: the verdict, the fixed command line and why."""
 

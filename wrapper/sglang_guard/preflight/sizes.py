@@ -12,12 +12,12 @@ with the arithmetic; a flag is dropped only where SGLang's own default is known 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.common.record import record
 from sglang_guard.config.guardconfig import PolicyConfig
 from sglang_guard.preflight.facts import ModelFacts, ModelShape
 from sglang_guard.sglang.argv import CommandLine
@@ -26,7 +26,7 @@ Phase = Literal["args", "model_init", "load"]
 CITED = "0.5.23"  # the release whose file:line the checks cite (a citation, not a range)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Check:
     """One SGLang rule: where it lives, in which phase it fires, the releases it holds for."""
 
@@ -153,7 +153,7 @@ _MOE_ARCHS = ("Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "DeepseekV2ForCaus
 _DENSE_AND_MOE_ARCHS = ("DeepseekV3ForCausalLM", "DeepseekV2ForCausalLM")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SizeFinding:
     """What a check found: the flag it is about, why, SGLang's words, the proposed action."""
 

@@ -8,15 +8,14 @@ is dropped with that reason. The table is sglang/renames.py's, derived from the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from sglang_guard.common.record import record
 from sglang_guard.config.guardconfig import PolicyConfig
 from sglang_guard.sglang.argv import CommandLine, parse_command_line
 from sglang_guard.sglang.options import OptionTable
 from sglang_guard.sglang.renames import Rename, RenameFinding, rename_findings
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Respelled:
     """The command line in the release's spelling, and what was changed (or only said)."""
 

@@ -39,12 +39,12 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
 import re2
 
+from sglang_guard.common.record import record
 from sglang_guard.common.sha import sha256
 from sglang_guard.rules import linescan
 from sglang_guard.rules.rulepack import RE2_OPTIONS
@@ -369,7 +369,7 @@ def _bisect(done: _Compiled, data: bytes, start: int, end: int,
     _bisect(done, data, middle, end, found)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Compiled:
     """A Hyperscan database of the patterns it takes, RE2 sets of the rest."""
 

@@ -16,12 +16,12 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import re2
 
 from sglang_guard.common.outcomes import FixKind
+from sglang_guard.common.record import record
 from sglang_guard.errors import GuardError, InputError
 from sglang_guard.rules.fixes import Literal
 from sglang_guard.rules.packcheck import is_denied
@@ -34,7 +34,7 @@ _CLASS = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 _MARK = re.compile(r"^\s*(?:#+|//)?\s*(before|after)\b", re.IGNORECASE)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Note:
     """Something the import reports about one record (`skipped`: it gave no rule)."""
 
@@ -43,7 +43,7 @@ class Note:
     skipped: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Imported:
     """The rules made from a dataset, what was said about its records, and its version."""
 
@@ -53,7 +53,7 @@ class Imported:
     records: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Entry:
     """One line of the dataset: the record itself and where it was."""
 
@@ -173,7 +173,7 @@ def sglang_args(section: str) -> list[str]:
     return tokens[start:]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ExampleFix:
     """What a record's example fix asks for; `action` advice with the reason when nothing."""
 

@@ -25,10 +25,10 @@ conditions hold; the machine calls `apply`; `rules/shell/explain.py` calls `rend
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import assert_never
 
 from sglang_guard.common.outcomes import FixKind
+from sglang_guard.common.record import record
 from sglang_guard.config.tomlread import Table
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_USAGE
 from sglang_guard.rules.fixvalues import (
@@ -68,7 +68,7 @@ __all__ = [
     "number",
 ]
 
-@dataclass(frozen=True, slots=True)
+@record
 class MatchContext:
     """What the rules may look at besides the line."""
 
@@ -84,7 +84,7 @@ class MatchContext:
     phase: str = "start"  # "start" before SGLang is ready, "running" after
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Fix:
     """One change to the command line (or a restart / give-up) that a rule asks for."""
 
@@ -103,7 +103,7 @@ class Fix:
 # --- what the machine does with a fix (supervise/machine.py matches on these) -------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EndGuard:
     """Stop SGLang and end the guard with `code` (journaled `give_up.planned`)."""
 
@@ -114,19 +114,19 @@ class EndGuard:
     status: str | None = None  # systemd's status line, if one is shown
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Relaunch:
     """Restart SGLang with the same command line; counts as a failure (crash.detected)."""
 
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class UndoLastEdit:
     """Restore the command line before the guard's own last fix."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EditFlag:
     """Drop the fix's flag (`drop`) or set it to `value`, then relaunch."""
 
@@ -134,7 +134,7 @@ class EditFlag:
     drop: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PickFreePort:
     """Stop SGLang, have the shell pick a free port for the flag, then relaunch with it."""
 
@@ -145,7 +145,7 @@ Reaction = EndGuard | Relaunch | UndoLastEdit | EditFlag | PickFreePort
 # --- each kind: parse, plan, apply, render ---------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FixKindSpec:
     """One fix kind: what a pack says for it, what it plans, does and shows."""
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
 
 from sglang_guard.common.outcomes import FixKind
+from sglang_guard.common.record import record
 from sglang_guard.config.tomlread import Table
 
 # A pattern's named group `current` (e.g. "under --mem-fraction-static=(?P<current>[0-9.]+)")
@@ -39,7 +39,7 @@ def number(text: str | None) -> float | None:
 # --- the forms of new_value ------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Literal:
     """`new_value = "fa3"`: the flag is set to this text."""
 
@@ -49,7 +49,7 @@ class Literal:
         return self.text
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Scale:
     """`new_value = "scale:F"`: the flag's value times `factor`, clamped."""
 
@@ -80,7 +80,7 @@ class Scale:
         return format(round(value, 4), "g")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Above:
     """`new_value = "above:G"`: just above the number the pattern's group G captures."""
 
@@ -102,7 +102,7 @@ class Above:
         return format(value, "g")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FreePort:
     """`new_value = "free_port"` or `"free_port:G"`: a port the shell picks at the next launch."""
 
@@ -113,7 +113,7 @@ class FreePort:
 NewValue = Literal | Scale | Above | FreePort
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RuleFields:
     """What a rule pack says about one rule's fix, as read (before it is a `Rule`)."""
 

@@ -35,9 +35,10 @@ import bisect
 import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import NamedTuple
 
+from sglang_guard.common.record import record
 from sglang_guard.rules import tracebacks
 from sglang_guard.rules.logline import clean
 from sglang_guard.rules.quick import Quick
@@ -66,7 +67,7 @@ class Hits(NamedTuple):
 Find = Callable[[bytes], Hits]
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@record(eq=False)
 class LiteralScan:
     """A scan the pumps' reader runs in C on the bytes it reads, in the same call
     (rules/linescan.read_scan): the set of plain literals it searches (their lines, and those
@@ -78,7 +79,7 @@ class LiteralScan:
 _HEADER = tracebacks.HEADER.encode()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Line:
     """One line as the machine gets it (supervise/events.ChildLine without gen and stream)."""
 

@@ -21,14 +21,14 @@ the check's no over stored logs, near-miss lines and random soups is held there 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
+from sglang_guard.common.record import record
 from sglang_guard.rules.logline import error_text
 
 MAX_LITERALS = 16  # a part of `Quick` (rules/_linescan.c MAX_QUICK)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Quick:
     """What the quick no reads: the fatal rules' literals (each rule's pattern starts with
     its own) and the literals taken wherever they are in the line (non-fatal rules', the

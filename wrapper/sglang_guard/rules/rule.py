@@ -6,16 +6,17 @@ matches them; rules/fixes.py plans and applies their fixes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from sglang_guard.common.outcomes import FixKind
+from sglang_guard.common.record import record
 from sglang_guard.rules.fixvalues import NewValue
 
 # When a rule acts: before SGLang is ready ("start", the default: most failures are a start
 # that cannot work), after it ("running"), or both ("any").
 PHASES = ("start", "running", "any")
 
-@dataclass(frozen=True, slots=True)
+@record
 class Conditions:
     """When a rule may act. Unknown facts (arch, SM, version) never exclude a rule."""
 
@@ -27,7 +28,7 @@ class Conditions:
     flags: tuple[tuple[str, bool | tuple[str, ...]], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rule:
     """One log pattern and the fix it asks for."""
 
@@ -54,7 +55,7 @@ class Rule:
     prevention: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RulePack:
     """A validated rule pack."""
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property, lru_cache
 from typing import Any
 
@@ -23,6 +23,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from sglang_guard.common.outcomes import Advice
+from sglang_guard.common.record import record
 from sglang_guard.errors import ConfigError
 from sglang_guard.rules import linescan, tracebacks
 from sglang_guard.rules.blockscan import BlockScan, line_superset, unanchored
@@ -83,7 +84,7 @@ QUOTE_LEAD = r"""(?:[^'"\\]|\\.|'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")*?"""
 _ALWAYS = (re2.escape(tracebacks.HEADER),)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class BlockHits:
     """What one pass over a block of lines found (`Matcher.scan`)."""
 

@@ -7,8 +7,7 @@ The stage names what SGLang was doing when it went quiet.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from sglang_guard.common.record import record
 from sglang_guard.rules.logline import is_record
 
 # The stages, in the order SGLang 0.5.23 goes through them. "init" is everything outside a
@@ -49,7 +48,7 @@ def is_progress(tail: str, bar: bool) -> bool:
     return bar or is_record(tail)  # SGLang's own lines, not a library's
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Stalled:
     """No progress within the stage's limit: what the journal and /startupz report."""
 

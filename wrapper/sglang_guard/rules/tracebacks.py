@@ -34,9 +34,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
+from sglang_guard.common.record import record
 from sglang_guard.rules import linescan
 from sglang_guard.rules.blockscan import FirstLine
 from sglang_guard.rules.logline import (
@@ -115,7 +115,7 @@ _MAYBE_EXCEPTION = (rb"(?:- )?(?:[A-Za-z_][\w\x80-\xff]*\.)*[A-Z][A-Z0-9_]*[a-z]
                     rb"(?::|\r*$)")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Candidates:
     """Per cap, the lines that may end a traceback's frames, end a message, or be blank:
     each as a pattern to match at a line's start (`at`) and one to search for after a

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from sglang_guard.common.record import record
 from sglang_guard.errors import InputError
 from sglang_guard.sglang.options import OptionSpec, OptionTable
 
 CONFIG_FLAG = "--config"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Occurrence:
     """One option as SGLang's parser meets it, with the tokens it spans."""
 
@@ -39,7 +39,7 @@ class Occurrence:
         return " ".join(self.values) if self.values else None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CommandLine:
     """A parsed SGLang command line (CLI tokens plus the `--config` YAML, if any)."""
 

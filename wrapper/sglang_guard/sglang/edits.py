@@ -8,15 +8,15 @@ written) and `--config` is pointed at that copy.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from sglang_guard.common.record import record
 from sglang_guard.common.sha import sha256
 from sglang_guard.sglang.argv import CONFIG_FLAG, CommandLine
 from sglang_guard.sglang.options import OptionSpec, OptionTable
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Edit:
     """Drop `dest` everywhere, or make `value` its effective value (None: a bare flag)."""
 
@@ -29,7 +29,7 @@ class Edit:
     yaml_key: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EditResult:
     """The new argv, and the derived YAML (content and path) when the YAML had to change."""
 

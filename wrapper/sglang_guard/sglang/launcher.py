@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
+
+from sglang_guard.common.record import record
 
 # (No regex: this module is on a cached `check`'s path, where compiling one costs ~0.5 ms.)
 _NAME_START = frozenset(string.ascii_letters + "_")
@@ -34,7 +35,7 @@ _MODULES = ("sglang.launch_server", "sglang_guard.launch_server")
 _SELECTOR = "--model-type"  # sglang/cli/serve.py:30-61 `_extract_model_type_override`
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Launch:
     """What a command line runs: `form` "launch_server" or "serve" (a launcher was named),
     or "args" (none was: the words are SGLang's arguments); `args` the words after it."""
@@ -134,7 +135,7 @@ def read_launch(words: Sequence[str]) -> Launch:
     return Launch("args", tuple(words))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ServeReading:
     """How one release's `sglang serve` reads its words before launch_server's parser gets
     them, each read from that release's wheel (sglang/cli/serve.py, sglang/cli/utils.py,

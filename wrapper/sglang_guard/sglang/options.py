@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Literal
 
+from sglang_guard.common.record import record
 from sglang_guard.errors import ConfigError
 
 NargsT = int | str | None
@@ -29,7 +29,7 @@ BACKEND_FLAGS: tuple[str, ...] = (
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OptionSpec:
     """One SGLang option: its spellings, where it stores, and how many values it takes."""
 
@@ -57,7 +57,7 @@ class OptionSpec:
         return self.nargs != 0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Lookup:
     """How argparse reads one token that starts with `-`."""
 
@@ -68,7 +68,7 @@ class Lookup:
     matches: tuple[str, ...] = ()  # for ambiguous prefixes
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class OptionTable:
     """The whole parser: every option, indexed by spelling and by dest."""
 

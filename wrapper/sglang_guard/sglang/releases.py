@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
+from sglang_guard.common.record import record
 from sglang_guard.errors import ConfigError
 from sglang_guard.sglang.options import OptionTable, parse_table
 
@@ -26,7 +26,7 @@ CHOICE_LISTS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ArchLists:
     """What model_config.py of one release says about attention architectures."""
 
@@ -38,7 +38,7 @@ class ArchLists:
     draft_renames_conditional: Mapping[str, str]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReleaseTables:
     """One release's tables; `release` is the table's version, `requested` what was asked."""
 

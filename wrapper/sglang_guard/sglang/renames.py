@@ -13,11 +13,12 @@ import itertools
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Literal
 
 from packaging.version import Version
 
+from sglang_guard.common.record import record
 from sglang_guard.errors import ConfigError
 from sglang_guard.sglang.argv import CommandLine
 from sglang_guard.sglang.options import OptionTable
@@ -34,7 +35,7 @@ _SUCCESSOR = (
 _VALUE_MAP = r"'([\w.-]+)' maps to '([\w.-]+)'"
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Rename:
     """One flag that left SGLang, and its successor when SGLang named one."""
 
@@ -49,7 +50,7 @@ class Rename:
     value_map: Mapping[str, str] | None = None  # old value -> new ("'a' maps to 'b'")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RenameFinding:
     """What to do with one occurrence of a flag the release no longer (or not yet) has."""
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_guard.common.record import record
+
 Reader = Callable[[str], str | None]
 
 
@@ -22,14 +24,14 @@ class Unknown(Exception):
     """An expression the evaluator cannot compute statically."""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ModuleRef:
     """An imported module."""
 
     name: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ClassRef:
     """A class defined in SGLang's source."""
 
@@ -37,7 +39,7 @@ class ClassRef:
     node: ast.ClassDef
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FuncRef:
     """A function defined in SGLang's source (a module function or a method)."""
 
@@ -45,7 +47,7 @@ class FuncRef:
     node: ast.FunctionDef
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EnumMember:
     """A member of an Enum class, as `.name` / `.value` see it."""
 
@@ -559,7 +561,7 @@ class _ClassScope(Scope):
         return super().lookup(name)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Bound:
     obj: Any
     method: str

@@ -11,6 +11,7 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
+from sglang_guard.common.record import record
 from sglang_guard.sglang.sgl_ast import (
     ClassRef,
     Evaluator,
@@ -311,7 +312,7 @@ def _method(ev: Evaluator, cls: ClassRef, name: str) -> FuncRef | None:
 # -- dataclass-declared options (0.5.14+) ------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class _Field:
     name: str
     annotation: ast.expr

@@ -11,7 +11,7 @@ sets the phase to `loading`, names the stage, and turns /startupz to 503.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from sglang_guard.common.outcomes import (
@@ -42,6 +42,7 @@ from sglang_guard.common.outcomes import (
     StopCause,
     UndoFix,
 )
+from sglang_guard.common.record import record
 from sglang_guard.sglang.redact import redact_text
 
 # "held": a worker whose SGLang exited, waiting for its group's leader.
@@ -63,7 +64,7 @@ _FLEET_CHANGES = {FleetChange.PUBLISHED: ("publish",), FleetChange.CONFIRMED: ("
 _MACHINE_PHASES = {"idle": "preflight", "done": "stopped", "picking": "starting"}
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Snapshot:
     """The guard as the status port shows it."""
 
@@ -86,7 +87,7 @@ class Snapshot:
     fleet_fix: Mapping[str, Any] | None = None  # the fleet entry the launch runs with
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Counts:
     """What one record adds to the counters and the histogram."""
 

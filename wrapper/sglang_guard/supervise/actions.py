@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from sglang_guard.common.outcomes import JournalEvent, StopCause
+from sglang_guard.common.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Spawn:
     """Start launch number `gen` of SGLang with these arguments (after the port is free)."""
 
@@ -15,7 +14,7 @@ class Spawn:
     argv: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Stop:
     """Stop the whole process tree of launch `gen` (TERM, grace, KILL); its exit follows."""
 
@@ -24,7 +23,7 @@ class Stop:
     cause: StopCause | None = None  # for the status board: None for rule, signal, group stops
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Probe:
     """GET `endpoint` on SGLang's HTTP server; the answer comes back as a HealthResult."""
 
@@ -32,7 +31,7 @@ class Probe:
     endpoint: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Schedule:
     """Put `Tick(name, gen)` on the queue after `delay` seconds."""
 
@@ -41,14 +40,14 @@ class Schedule:
     delay: float
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Journal:
     """Append one event to the journal (and log it); every listener hears it."""
 
     record: JournalEvent
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Notify:
     """Tell systemd (a no-op without NOTIFY_SOCKET)."""
 
@@ -58,7 +57,7 @@ class Notify:
     reloading: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Reload:
     """Re-read a config file or rule pack (`path` None: everything the guard reads)."""
 
@@ -66,7 +65,7 @@ class Reload:
     path: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PickPort:
     """Find a TCP port that can be bound now (not one of `avoid`); answer with PortChosen."""
 
@@ -75,7 +74,7 @@ class PickPort:
     avoid: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Exit:
     """Leave the loop with this status."""
 

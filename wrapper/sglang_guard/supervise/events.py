@@ -7,10 +7,10 @@ put events; the loop alone decides and acts.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from sglang_guard.common.outcomes import GiveUpCause
+from sglang_guard.common.record import record
 
 if TYPE_CHECKING:
     from sglang_guard.sglang.argv import CommandLine
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 Stream = Literal["stdout", "stderr"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChildLine:
     """One line the child wrote, cleaned for matching (ANSI stripped, head only)."""
 
@@ -34,7 +34,7 @@ class ChildLine:
     exception: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChildOutput:
     """The child wrote a chunk while starting: progress evidence for the stall watch."""
 
@@ -44,7 +44,7 @@ class ChildOutput:
     bar: bool  # the chunk redrew a progress bar (a carriage return)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChildStage:
     """While starting, the child printed a stage marker (rules/stages.MARKERS)."""
 
@@ -52,7 +52,7 @@ class ChildStage:
     stage: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ChildExited:
     """The child process was reaped."""
 
@@ -67,7 +67,7 @@ class ChildExited:
     exception_line: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class HealthResult:
     """One probe of SGLang's HTTP health endpoints."""
 
@@ -77,7 +77,7 @@ class HealthResult:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Tick:
     """A timer fired (`name` says which: "backoff", "stable", "liveness", "ready_timeout")."""
 
@@ -85,14 +85,14 @@ class Tick:
     gen: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class SignalReceived:
     """A signal the guard handles (SIGTERM, SIGINT, SIGHUP) was caught."""
 
     signum: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class FileChanged:
     """A watched file settled after a change (debounced)."""
 
@@ -100,7 +100,7 @@ class FileChanged:
     kind: Literal["guard_config", "sglang_yaml", "rule_pack"]
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CommandChanged:
     """A reload changed the effective SGLang command line: restart SGLang with `cl`, once."""
 
@@ -111,7 +111,7 @@ class CommandChanged:
 # -- a multi-node group (group/group.py, group/shell/group.py) -------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PeerLine:
     """Leader: a worker's SGLang wrote a line a rule may match, in group generation `gen`."""
 
@@ -120,7 +120,7 @@ class PeerLine:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PeerDown:
     """Leader: a worker's SGLang or guard is gone (or never came up) in generation `gen`."""
 
@@ -130,7 +130,7 @@ class PeerDown:
     stage: str | None = None  # the start-up stage the group is stuck in, when known
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GroupRelaunch:
     """Worker: the leader launched generation `group_gen`; relaunch with `cl`."""
 
@@ -139,14 +139,14 @@ class GroupRelaunch:
     cause: Mapping[str, Any]  # the leader's journaled decision behind it (empty: none)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GroupReady:
     """Worker: the leader confirmed generation `group_gen` ready (its ready line and /health)."""
 
     group_gen: int
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class GroupExit:
     """Worker: end as the group ends (the leader exited, or was lost), for this cause (the
     leader's own give-up cause; `refused`: its launch cannot run here)."""
@@ -156,7 +156,7 @@ class GroupExit:
     cause: GiveUpCause
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PortChosen:
     """The shell's answer to PickPort: a port free now (None: none found, `detail` says why)."""
 
@@ -166,7 +166,7 @@ class PortChosen:
     detail: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class JobDone:
     """A slow step the loop handed to a job (supervise/shell/jobs.py) has finished: the loop takes
     its

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import signal
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import assert_never
 
 from sglang_guard.common.outcomes import (
@@ -38,6 +38,7 @@ from sglang_guard.common.outcomes import (
     StopCause,
     UndoFix,
 )
+from sglang_guard.common.record import record
 from sglang_guard.config.guardconfig import HealthSection, RestartSection, StartSection
 from sglang_guard.errors import EXIT_ENVIRONMENT, EXIT_GIVE_UP, EXIT_OK, EXIT_USAGE, GuardError
 from sglang_guard.rules.fixes import (
@@ -102,7 +103,7 @@ SETTLE_S = 2.0  # a catch-all match waits this long for a more specific line of 
 HEALTH_RETRY_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Env:
     """What the machine decides with, besides its state (replaced on reload)."""
 
@@ -120,7 +121,7 @@ class Env:
     start: StartSection = field(default_factory=StartSection)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class PortFix:
     """A `free_port` fix waiting for its port: the shell picks one once the child is gone."""
 
@@ -129,7 +130,7 @@ class PortFix:
     gen: int  # the launch whose line asked for it
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Pending:
     """What to do once the stopping child has exited."""
 
@@ -142,7 +143,7 @@ class Pending:
     cause: GiveUpCause = GiveUpCause.OTHER  # an exit that gives up: why (the metrics' label)
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class CatchAll:
     """A catch-all rule matched: its fix waits out SETTLE_S for a more specific line."""
 
@@ -150,7 +151,7 @@ class CatchAll:
     line: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Refired:
     """A rule fired again after its fix: waits out SETTLE_S, then restore or give up."""
 
@@ -158,7 +159,7 @@ class Refired:
     line: str
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Base:
     """What every record about a log line's rule names: the rule, the line, the launch."""
 
@@ -177,7 +178,7 @@ def _at_node(record: JournalEvent, node: int) -> JournalEvent:
     return replace(record, node=node) if isinstance(record, NODE_TAGGED) else record
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class State:
     """Everything the loop remembers between events."""
 

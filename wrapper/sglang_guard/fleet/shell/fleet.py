@@ -41,6 +41,7 @@ from sglang_guard.common.outcomes import (
     Ready,
     SignalSeen,
 )
+from sglang_guard.common.record import record
 from sglang_guard.common.shell.logsetup import get_logger
 from sglang_guard.config.guardconfig import GuardConfig, LearnSection
 from sglang_guard.errors import ConfigError
@@ -326,7 +327,7 @@ class Fleet:
         self.submit(lambda: self._update(decide))
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Decision:
     """What a store update writes (None: nothing) and the record it journals (None: none)."""
 

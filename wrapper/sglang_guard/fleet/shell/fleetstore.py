@@ -28,10 +28,10 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from sglang_guard.common.record import record
 from sglang_guard.common.shell.files import read_bytes, write_atomic
 from sglang_guard.config.guardconfig import LearnSection
 from sglang_guard.errors import InputError
@@ -198,7 +198,7 @@ def _private(path: Path, st: os.stat_result) -> None:
 # -- etcd:// --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class EtcdAddress:
     """Where the cluster is and the key prefix the guards share."""
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from sglang_guard.common.outcomes import FixKind
+from sglang_guard.common.record import record
 from sglang_guard.config.guardconfig import LearnSection
 from sglang_guard.errors import InputError
 from sglang_guard.fleet import fleet as core
@@ -22,7 +22,7 @@ EXPORT_FORMATS = ("pack", "entry")
 _META = re.compile(r"([\\.^$|?*+()\[\]{}])")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Listed:
     """One key of the store, read (or why it could not be)."""
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from sglang_guard.common.record import record
 from sglang_guard.common.shell.files import read_user_text
 from sglang_guard.config.guardconfig import PolicyConfig
 from sglang_guard.config.limits import yaml_safe_load
@@ -34,7 +35,7 @@ from sglang_guard.sglang.releases import load_option_table
 BACKEND_CHOICES = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Inputs:
     """Everything preflight needs, read from the world once."""
 
@@ -168,7 +169,7 @@ def decide(inputs: Inputs, policy: PolicyConfig, state_dir: str) -> Decision:
     return decision
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Prepared:
     """One launch's command line, and the facts and decision it was made from."""
 

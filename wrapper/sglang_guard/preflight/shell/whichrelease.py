@@ -8,15 +8,15 @@ import of sglang); else the newest shipped table, said so in the source.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_guard.common.record import record
 from sglang_guard.errors import GuardError, InputError, SglangMissing
 from sglang_guard.preflight.shell.modelprobe import cache_dir
 from sglang_guard.sglang.releases import ReleaseTables, known_releases, load_release
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Release:
     """The release's tables and where its version was read."""
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from sglang_guard.common.record import record
 from sglang_guard.config.guardconfig import GuardConfig
 from sglang_guard.rules import tracebacks
 from sglang_guard.rules.fixes import FIX_KINDS
@@ -18,7 +18,7 @@ from sglang_guard.supervise.replay import env_for, replay
 MAX_MATCHES = 1000  # matches kept (each holds up to LINE_CAP bytes): memory stays bounded
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Match:
     """One log line and the rule it triggers."""
 

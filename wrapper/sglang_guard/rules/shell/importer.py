@@ -7,12 +7,12 @@ reads the files, and checks the pack it writes against that table, as `run` chec
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
+from sglang_guard.common.record import record
 from sglang_guard.common.shell.files import read_text, write_atomic
 from sglang_guard.errors import InputError
 from sglang_guard.rules.dataset import Entry, Imported, import_records, read_dataset, render_pack
@@ -23,7 +23,7 @@ from sglang_guard.sglang.releases import known_releases, load_option_table
 from sglang_guard.sglang.shell.release import find_release
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ImportOutcome:
     """The pack text written (or to print), and what the import said."""
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sglang_guard.common.record import record
 from sglang_guard.common.sha import sha256
 from sglang_guard.common.shell.files import write_atomic
 from sglang_guard.errors import InputError
@@ -33,7 +33,7 @@ _VERSION_PY = re.compile(r"""^__version__\s*=\s*["']([^"']+)["']""", re.MULTILIN
 _FORMAT = 1  # bump when the derived table's shape changes: old cache entries are ignored
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReleaseFact:
     """The SGLang version an interpreter has, and where that was read."""
 

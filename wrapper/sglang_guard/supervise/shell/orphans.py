@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from sglang_guard.common.outcomes import JournalEvent, OrphansLeft, OrphansStopped
+from sglang_guard.common.record import record
 from sglang_guard.common.shell.files import read_bytes, write_atomic
 from sglang_guard.supervise.shell.proctree import group_members, stop_processes
 
@@ -48,7 +48,7 @@ def new_token() -> str:
     return os.urandom(16).hex()
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class Entry:
     """One recorded process: pid, start time (epoch s) and command line."""
 

@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import psutil
 
+from sglang_guard.common.record import record
+
 KILL_WAIT = 10.0  # seconds to let SIGKILLed processes go (a process in a driver call dies late)
 _POLL = 0.02  # fallback poll interval when pidfds are unavailable
 # After a walk's SIGTERM, how long `finish_stop` lets the walked processes end before it reads
@@ -45,7 +47,7 @@ _POLL = 0.02  # fallback poll interval when pidfds are unavailable
 TABLE_AFTER_S = 0.02
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class StopReport:
     """What `stop_tree` did: exits on SIGTERM, processes SIGKILLed, processes still alive."""
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from sglang_guard.common.outcomes import ReloadApplied, ReloadRejected
+from sglang_guard.common.record import record
 from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.config.guardconfig import GuardConfig
 from sglang_guard.config.shell.configfile import read_guard_config
@@ -25,7 +26,7 @@ if TYPE_CHECKING:  # the loop imports this module; preflight's probes load only 
     from sglang_guard.preflight.shell.inputs import Prepared
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class ReloadOutcome:
     """What a reload decided: a new Env (or None: keep), a new command line (None: no restart)."""
 

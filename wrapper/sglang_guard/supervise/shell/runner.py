@@ -15,6 +15,7 @@ from sglang_guard.common.outcomes import (
     PreflightFinding,
     StatusListening,
 )
+from sglang_guard.common.record import record
 from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.common.shell.logsetup import get_logger
 from sglang_guard.config.guardconfig import GuardConfig
@@ -48,7 +49,7 @@ def _same(cfg: GuardConfig) -> GuardConfig:
     return cfg
 
 
-@dataclass(frozen=True, slots=True)
+@record
 class RunOptions:
     """What the `run` command line adds to the guard config."""
 
