@@ -15,6 +15,9 @@ def main() -> None:
 
     params = checkcmd.plain_check_args(sys.argv[1:])
     if params is not None:  # a plain `check`: click's import is a tenth of it (checkcmd.py)
+        from sglang_guard.preflight.shell import warmprobe  # noqa: PLC0415
+
+        warmprobe.start(params["args"])  # uncached facts: transformers imports alongside
         checkcmd.run_plain(params)
     from sglang_guard import cli  # noqa: PLC0415
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
+from functools import cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -209,14 +210,25 @@ class CompatTable:
             replace(m, allowed=tuple(run[2]), source=run[3], slots=tuple(run[4]))
             for m in self.model_lists
             for run in lists.get(m.architecture, ())
-            if Version(run[0]) <= version <= Version(run[1]))
+            if _version(run[0]) <= version <= _version(run[1]))
         return replace(self, sglang_version=release, backends=tuple(keep), preferences=prefs,
                        model_lists=models, kv4=_kv4_for(self.kv4, version),
                        kv_sm=_kv_sm_for(self.kv_sm, version))
 
 
+# The table's few range strings, each parsed once a process (~340 parses a `check`).
+@cache
+def _version(text: str) -> Version:
+    return Version(text)
+
+
+@cache
+def _specifiers(spec: str) -> SpecifierSet:
+    return SpecifierSet(spec)
+
+
 def _holds(spec: str, version: Version) -> bool:
-    return not spec or SpecifierSet(spec).contains(version, prereleases=True)
+    return not spec or _specifiers(spec).contains(version, prereleases=True)
 
 
 def _same_check(a: Constraint, b: Constraint) -> bool:
@@ -248,7 +260,7 @@ def _constraints_for(rules: tuple[Constraint, ...], release: str, version: Versi
 def _cite(runs: Iterable[list[str]], version: Version) -> str | None:
     """The file:line of the run [first, last, cite] that holds `version`."""
     for first, last, cite in runs:
-        if Version(first) <= version <= Version(last):
+        if _version(first) <= version <= _version(last):
             return cite
     return None
 
@@ -258,7 +270,7 @@ def _kv4_for(spec: Kv4 | None, version: Version) -> Kv4 | None:
     if spec is None:
         return None
     for first, last, found in _json_config("kv4.json", []):
-        if Version(first) <= version <= Version(last):
+        if _version(first) <= version <= _version(last):
             prefill = found.get("nvfp4_prefill") or {}
             return replace(spec, dtypes=tuple(found["dtypes"]), sm_source=found.get("sm"),
                            lists=tuple((arch, tuple(names), src)
@@ -275,7 +287,7 @@ def _kv_sm_for(specs: tuple[KvSm, ...], version: Version) -> tuple[KvSm, ...]:
     out = []
     for spec in specs:
         for first, last, cite in runs.get(spec.dtype, ()):
-            if Version(first) <= version <= Version(last):
+            if _version(first) <= version <= _version(last):
                 out.append(replace(spec, source=cite))
     return tuple(out)
 
@@ -369,7 +381,7 @@ def _constraint(t: Table, key: str) -> Constraint:
 def _specifier(t: Table, key: str) -> str:
     spec = t.text(key) or ""
     try:
-        SpecifierSet(spec)
+        _specifiers(spec)
     except InvalidSpecifier as exc:
         raise t.fail(key, f"not a version specifier: {exc}") from None
     return spec

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,12 @@ _CACHE_VERSION = "4"
 # SGLang's CONTEXT_LENGTH_KEYS (srt/utils/hf_transformers/common.py:668, 0.5.23): first found wins.
 _CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
                  "max_position_embeddings")
+
+
+# Who answers a cache miss with the facts' JSON before this process imports transformers:
+# set by warmprobe.py where a cold `check` forked a child that imports it (None: nobody, or
+# the answer is None: resolve here).
+ask_warm: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
 
 
 def cache_root() -> Path:
@@ -110,6 +116,13 @@ def resolve_model(
     cached = _cache_get(key) if use_cache else None
     if cached is not None:
         return _facts_from(path, cached)
+    if not isolate and ask_warm is not None:  # a cold `check`'s child imported transformers
+        answer = ask_warm({"path": path, "revision": revision,
+                           "trust_remote_code": trust_remote_code,
+                           "override_args": override_args, "is_draft": is_draft,
+                           "use_cache": use_cache, "sglang_release": sglang_release})
+        if answer is not None:
+            return _facts_from(path, answer)
     if isolate:
         return _resolve_in_subprocess(path, revision, trust_remote_code,
                                       override_args=override_args, is_draft=is_draft,
@@ -127,6 +140,36 @@ def resolve_model(
     if use_cache:
         _cache_put(key, facts)
     return facts
+
+
+def looks_cached(path: str) -> bool:
+    """Whether the cache holds facts of the local model at `path` as a line with no
+    revision, remote code or overrides reads it, for any release (warmprobe.py's guess)."""
+    try:
+        raw = _read_local_config(Path(path).expanduser())
+    except (ModelError, InputError):
+        return True  # resolve_model says what is wrong; nothing to warm
+    if raw is None:
+        return True
+    key = _cache_key(raw, None, False, {}, False)
+    return any(cache_dir().glob(f"{key}*.json"))
+
+
+def warm_transformers() -> None:
+    """Import transformers as `_auto_config` would (the fast way where it fits) before any
+    model is asked for (warmprobe.py's child); a failure is left for the resolve to meet."""
+    global _fast_classes  # noqa: PLW0603
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if _fast_classes is not None or "transformers" in sys.modules:
+        return
+    if os.environ.get(ENV_FAST, "1") != "0":
+        try:
+            _fast_classes = _fast_transformers()
+            return
+        except _FastPathBroken:
+            _forget_transformers()
+    with contextlib.suppress(ModelError):
+        _transformers()
 
 
 def arch_table(release: str | None) -> ArchTable:
@@ -177,7 +220,7 @@ def _facts_from(path: str, data: dict[str, Any]) -> ModelFacts:
                       data["model_type"], data["warning"], ModelShape.from_dict(data.get("shape")))
 
 
-def _facts_json(facts: ModelFacts) -> str:
+def facts_json(facts: ModelFacts) -> str:
     return json.dumps({"architectures": list(facts.architectures),
                        "attention_arch": facts.attention_arch,
                        "model_type": facts.model_type, "warning": facts.warning,
@@ -199,7 +242,7 @@ def _main() -> None:
     except Exception as exc:
         print(json.dumps({"error": f"resolving {req['path']!r} failed: {_first_line(exc)}"}))
         return
-    print(_facts_json(facts))
+    print(facts_json(facts))
 
 
 def _looks_like_path(path: str) -> bool:
@@ -589,7 +632,7 @@ def _cache_get(key: str) -> dict[str, Any] | None:
 
 
 def _cache_put(key: str, facts: ModelFacts) -> None:
-    body = _facts_json(facts)
+    body = facts_json(facts)
     with contextlib.suppress(OSError):  # a cache that cannot be written only costs time
         write_atomic(cache_dir() / f"{key}.json", body)
 
