@@ -63,6 +63,25 @@ def test_every_release_is_replayed_and_reencoded_identically() -> None:
         assert releases.load_release(version).options.sglang_version == version
 
 
+def test_the_newest_table_decoded_alone_is_the_whole_files(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    text = config_path(*releases.RELEASES_FILE).read_text()
+    assert text.startswith(releases._NEWEST_AT)  # as tools/sglang_tables.py writes it
+    whole = json.loads(text)
+    monkeypatch.setattr(releases, "_NEWEST", [])
+    monkeypatch.setattr(releases, "_RAW", [])
+    assert releases._newest() == whole["newest"]
+    assert releases._RAW == []  # the chain was not decoded
+    assert releases.newest_release() == releases.known_releases()[-1] == "0.5.23"
+    assert releases.shipped_table("0.5.23") == releases.decode_chain(whole)["0.5.23"]
+    # a file written another way (keys reordered) is decoded whole, to the same answer
+    monkeypatch.setattr(releases, "_NEWEST", [])
+    monkeypatch.setattr(releases, "_RAW", [])
+    monkeypatch.setattr(releases, "_read", lambda: json.dumps(
+        {"chain": whole["chain"], "newest": whole["newest"], "format": 1}))
+    assert releases._newest() == whole["newest"] and releases._RAW != []
+
+
 @pytest.mark.parametrize(
     ("newer", "older"),
     [([], []), (["a", "b", "c"], ["a", "c"]), (["a"], ["x", "a", "y"]), (["a", "b"], ["b", "a"]),

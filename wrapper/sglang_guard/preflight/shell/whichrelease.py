@@ -13,7 +13,7 @@ from pathlib import Path
 from sglang_guard.common.record import record
 from sglang_guard.errors import GuardError, InputError, SglangMissing
 from sglang_guard.preflight.shell.modelprobe import cache_dir
-from sglang_guard.sglang.releases import ReleaseTables, known_releases, load_release
+from sglang_guard.sglang.releases import ReleaseTables, load_release, newest_release
 
 
 @record
@@ -82,7 +82,7 @@ def resolve_release(*, version: str | None, version_source: str, python: str | N
                 return Release(tables_for(fact, cache_dir()), fact.source, fact.site)
             except GuardError as exc:
                 raise InputError(f"SGLang {fact.version} ({fact.source}): {exc}") from None
-        newest = known_releases()[-1]
+        newest = newest_release()
         return _load(newest, f"newest table ({python} has no SGLang the guard can read)")
-    newest = known_releases()[-1]
+    newest = newest_release()
     return _load(newest, f"newest table ({unknown_why})")
