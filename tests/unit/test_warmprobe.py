@@ -125,6 +125,15 @@ def test_nothing_forks_beside_a_second_thread(monkeypatch: pytest.MonkeyPatch) -
         other.join()
 
 
+def test_nothing_forks_off_linux_or_when_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "fork", lambda: pytest.fail("forked"))
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert warmprobe.start(["--model-path", MODELS[0]]) is False
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("SGLANG_GUARD_WARM_PROBE", "0")
+    assert warmprobe.start(["--model-path", MODELS[0]]) is False
+
+
 def test_the_model_path_is_read_only_where_it_is_plain(tmp_path: Path) -> None:
     model = MODELS[0]
     assert warmprobe._model_path(["--model-path", model]) == model

@@ -13,7 +13,8 @@ What the child does not answer (it died, or resolving raised) the parent resolve
 before, so errors keep their words. The guess costs only time when wrong: a child nobody
 asks is killed and reaped at exit (`stop`, atexit); a parent killed outright leaves a child
 that finishes its import and exits on the request pipe's end. Nothing forks with a second
-thread running, off POSIX, or where `SGLANG_GUARD_WARM_PROBE=0`.
+thread running, off Linux (macOS, say: some of its frameworks break in a child forked without
+exec), or where `SGLANG_GUARD_WARM_PROBE=0`.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ _seen = {"forked": 0, "answered": 0, "pid": 0}  # what this process did (for tes
 def start(words: Sequence[str]) -> bool:
     """Fork the warm child when the facts of `words`' `--model-path` look uncached; whether
     it forked."""
-    if (_probe is not None or os.environ.get(ENV_WARM, "1") == "0" or not hasattr(os, "fork")
+    if (_probe is not None or os.environ.get(ENV_WARM, "1") == "0" or sys.platform != "linux"
             or ("threading" in sys.modules and _threads() > 1)):
         return False
     try:
