@@ -11,9 +11,10 @@ per field, default factories, `__post_init__`) and makes `__setattr__`, `__delat
 (`fields`, `replace`, `asdict`, `__match_args__`, `__dataclass_params__`, pickling), and its
 methods answer as the stdlib's do: tests/unit/test_record.py holds the two to each other over
 random field lists (flags, defaults, factories, kw_only, methods of the class's own) and over
-every record of the package. What it does not take on (an `InitVar` or `ClassVar`, a field
-`init=False`, a dataclass base, defaults out of order) it hands to the stdlib whole: same
-class, the stdlib's cost, the stdlib's errors. Mutable dataclasses keep `@dataclass`.
+every record of the package. What it does not take on (`_plain`: an `InitVar` or `ClassVar`,
+a field `init=False`, a mutable default, defaults out of order, a dataclass base, a body's own
+`__init__`, `__setattr__` or `__delattr__`) it hands to the stdlib whole: same class, the
+stdlib's cost, the stdlib's errors. Mutable dataclasses keep `@dataclass`.
 """
 
 from __future__ import annotations
@@ -72,8 +73,9 @@ def _make(cls: type[T], kw_only: bool, eq: bool) -> type[T]:
     if not documented:  # the stdlib's doc for a class without one, with this __init__
         made.__doc__ = made.__name__ + _signature(made)
     names = tuple(f.name for f in fields)
-    _method(made, "__setattr__", _setattr(made, frozenset(names)))
-    _method(made, "__delattr__", _delattr(made, frozenset(names)))
+    frozen = frozenset(names)
+    _method(made, "__setattr__", _setattr(made, frozen))
+    _method(made, "__delattr__", _delattr(made, frozen))
     if "__getstate__" not in own:
         _method(made, "__getstate__", _getstate(names))
     if "__setstate__" not in own:

@@ -156,20 +156,10 @@ def looks_cached(path: str) -> bool:
 
 
 def warm_transformers() -> None:
-    """Import transformers as `_auto_config` would (the fast way where it fits) before any
-    model is asked for (warmprobe.py's child); a failure is left for the resolve to meet."""
-    global _fast_classes  # noqa: PLW0603
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    if _fast_classes is not None or "transformers" in sys.modules:
-        return
-    if os.environ.get(ENV_FAST, "1") != "0":
-        try:
-            _fast_classes = _fast_transformers()
-            return
-        except _FastPathBroken:
-            _forget_transformers()
+    """Import transformers as `_auto_config` would (`_classes`) before any model is asked
+    for (warmprobe.py's child); a missing transformers is left for the resolve to meet."""
     with contextlib.suppress(ModelError):
-        _transformers()
+        _classes()
 
 
 def arch_table(release: str | None) -> ArchTable:
@@ -331,21 +321,36 @@ def _auto_config(
     fit (an import or attribute error anywhere in it), the normal import, from scratch.
     """
     global _fast_classes  # noqa: PLW0603 - what this process imported, once
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    fast = _fast_classes is not None or (
-        os.environ.get(ENV_FAST, "1") != "0" and "transformers" not in sys.modules)
+    classes, fast = _classes()
     if fast:
         try:
-            _fast_classes = _fast_classes or _fast_transformers()
-            return _auto_config_with(_fast_classes, path, raw, revision=revision,
+            return _auto_config_with(classes, path, raw, revision=revision,
                                      trust_remote_code=trust_remote_code,
                                      overrides=overrides, table=table, fast=True)
         except _FastPathBroken:
             _fast_classes = None
             _forget_transformers()
-    return _auto_config_with(_transformers(), path, raw, revision=revision,
+        classes = _transformers()
+    return _auto_config_with(classes, path, raw, revision=revision,
                              trust_remote_code=trust_remote_code, overrides=overrides,
                              table=table, fast=False)
+
+
+def _classes() -> tuple[tuple[Any, Any], bool]:
+    """(AutoConfig, PretrainedConfig), and whether they came the fast way: the fast way where
+    it is on and transformers is not imported yet (or came that way before); else, or where
+    the fast way does not fit, the normal import (ModelError: transformers is missing)."""
+    global _fast_classes  # noqa: PLW0603
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    if (_fast_classes is None and os.environ.get(ENV_FAST, "1") != "0"
+            and "transformers" not in sys.modules):
+        try:
+            _fast_classes = _fast_transformers()
+        except _FastPathBroken:
+            _forget_transformers()
+    if _fast_classes is not None:
+        return _fast_classes, True
+    return _transformers(), False
 
 
 def _transformers() -> tuple[Any, Any]:

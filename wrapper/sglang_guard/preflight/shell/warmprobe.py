@@ -31,6 +31,7 @@ from typing import IO, Any
 ENV_WARM = "SGLANG_GUARD_WARM_PROBE"  # "0": never fork (the parent imports transformers)
 # SGLang's spellings of the model path (options-0.5.23.json: "--model-path", "--model")
 _MODEL_FLAGS = ("--model-path", "--model")
+_MODEL_EQ = tuple(f"{flag}=" for flag in _MODEL_FLAGS)
 
 
 class _Probe:
@@ -140,7 +141,7 @@ def _model_path(words: Sequence[str]) -> str | None:
     for i, word in enumerate(words):
         if word in _MODEL_FLAGS and i + 1 < len(words):
             found = words[i + 1]
-        elif word.startswith(tuple(f"{flag}=" for flag in _MODEL_FLAGS)):
+        elif word.startswith(_MODEL_EQ):
             found = word.split("=", 1)[1]
     if found is None or not (Path(found).expanduser() / "config.json").is_file():
         return None
