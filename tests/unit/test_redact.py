@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 
+from sglang_guard.sglang import redact
 from sglang_guard.sglang.options import OptionTable
 from sglang_guard.sglang.redact import (
     MASK,
@@ -112,3 +116,36 @@ def test_a_double_dash_does_not_mask_the_next_token(options: OptionTable) -> Non
     # `--` is a prefix of every option, so it looked like an ambiguous secret flag
     assert redact_argv(["--model-path", "m", "--", "x", "api_key=k"], options) == [
         "--model-path", "m", "--", "x", f"api_key={M}"]
+
+
+def _soup(rng: random.Random) -> str:
+    """Text near every part of the inline pattern: its key words in any case and with any
+    prefix, token shapes, URLs with and without userinfo, separators and quotes, and
+    characters that case-fold onto ASCII ones (the Kelvin sign, the long s, dotted I)."""
+    parts = ["api_key", "API-KEY", "apikey", "access-key", "Token", "tokens", "secret",
+             "SECRET_VALUE", "password", "passwd", "PassWd", "credentials", "Authorization",
+             "bearer ", "hf_", "HF_", "sk-", "SK-", "://", "https://", "user:pw@", "@", "=",
+             ":", " ", '"', "'", ",", "}", "max_tokens", "k", "e", "y", "abcdefgh12345678",
+             "-", "_", "\u212aey", "\u017fecret", "\u0130", "t\u00f6ken", "\u00e9", "x"]
+    return "".join(rng.choice(parts) for _ in range(rng.randint(0, 12)))
+
+
+def test_redact_text_is_the_patterns_own_substitution() -> None:
+    """The word pre-check never skips text the pattern would mask: over random soups of the
+    pattern's own pieces, ASCII and not, `redact_text` equals the pattern applied to all."""
+    pattern = re.compile(redact._INLINE_PATTERN)  # the definition it must equal
+
+    def whole(text: str) -> str:
+        def sub(m: re.Match[str]) -> str:
+            if m.group("url"):
+                return f"{m.group('url')}{MASK}@"
+            return MASK if m.group("tok") else m.group("key") + MASK
+        return pattern.sub(sub, text)
+
+    rng = random.Random(24)  # noqa: S311 - test data
+    changed = 0
+    for _ in range(20_000):
+        text = _soup(rng)
+        assert redact_text(text) == whole(text), text
+        changed += whole(text) != text
+    assert changed > 2_000  # the soups do reach the pattern

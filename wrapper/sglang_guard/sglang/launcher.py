@@ -22,15 +22,16 @@ decides for when it is told of no other (checkcmd.py).
 
 from __future__ import annotations
 
-import string
 from collections.abc import Sequence
 from typing import Literal
 
 from sglang_guard.common.record import record
 
 # (No regex: this module is on a cached `check`'s path, where compiling one costs ~0.5 ms.)
-_NAME_START = frozenset(string.ascii_letters + "_")
-_NAME_REST = _NAME_START | frozenset(string.digits)
+# string.ascii_letters and digits, spelled out: the `string` module compiles its Template
+# pattern at import (~0.75 ms of a `check`).
+_NAME_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_NAME_REST = _NAME_START | frozenset("0123456789")
 _MODULES = ("sglang.launch_server", "sglang_guard.launch_server")
 _SELECTOR = "--model-type"  # sglang/cli/serve.py:30-61 `_extract_model_type_override`
 
