@@ -36,7 +36,7 @@ FACTORIES = ("tuple", "list", "dict", "lambda: ('f',)")
 
 def _field_line(rng: random.Random, index: int) -> tuple[str, bool]:
     """One annotated field of a random body, and whether it has a default."""
-    name = f"f{index}"
+    name = "self" if index == 0 and rng.random() < 0.03 else f"f{index}"
     kind = rng.choice(("plain", "plain", "default", "factory", "field"))
     head = f"    {name}: {rng.choice(TYPES)}"
     if kind == "plain":
