@@ -145,28 +145,28 @@ def _method(cls: type, name: str, fn: Callable[..., Any]) -> None:
 def _init(cls: type, fields: tuple[dataclasses.Field[Any], ...]) -> Callable[..., None]:
     """The stdlib's frozen `__init__` for `fields`: the code of its shape (`_shape_code`)
     with the fields' names put in, the defaults and factories given to the function."""
-    names = tuple(f.name for f in fields)
-    shape = (tuple((0 if f.default_factory is dataclasses.MISSING and f.default is
-                    dataclasses.MISSING else 1 if f.default_factory is dataclasses.MISSING
-                    else 2, bool(f.kw_only)) for f in fields), hasattr(cls, "__post_init__"))
-    code = _shape_code(shape)
-    consts = tuple(names[int(c[2:])] if isinstance(c, str) and c.startswith("\0p") else c
-                   for c in code.co_consts)
     ns: dict[str, Any] = {"__name__": cls.__module__, "__set": object.__setattr__,
                           "__FACTORY": _FACTORY}
-    positional, keyword = [], {}
+    kinds: list[tuple[int, bool]] = []
+    positional: list[Any] = []
+    keyword: dict[str, Any] = {}
     for i, f in enumerate(fields):
         if f.default_factory is not dataclasses.MISSING:
+            kind, default = 2, _FACTORY
             ns[f"__f{i}"] = f.default_factory
-            default: Any = _FACTORY
         elif f.default is not dataclasses.MISSING:
-            default = f.default
+            kind, default = 1, f.default
         else:
-            continue
-        if f.kw_only:
+            kind, default = 0, None
+        kinds.append((kind, bool(f.kw_only)))
+        if kind and f.kw_only:
             keyword[f.name] = default
-        else:
+        elif kind:
             positional.append(default)
+    code = _shape_code((tuple(kinds), hasattr(cls, "__post_init__")))
+    names = tuple(f.name for f in fields)
+    consts = tuple(names[int(c[2:])] if isinstance(c, str) and c.startswith("\0p") else c
+                   for c in code.co_consts)
     # the parameters in the code's order: the positional fields, then the keyword-only ones
     order = [f.name for f in fields if not f.kw_only] + [f.name for f in fields if f.kw_only]
     init: Callable[..., None] = FunctionType(
