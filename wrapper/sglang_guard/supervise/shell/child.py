@@ -40,12 +40,15 @@ A line longer than the cap is passed through whole but only its head is kept for
 The reader never waits on the event consumer (the queue must be unbounded) nor on a slow
 sink, except past BYTE_BUDGET bytes not yet written: then it stops reading, the pipe fills
 and the child blocks in `write`. That bounds the guard's memory on a sink that never drains.
-What such a backlog took is handed back once it is written: when a stream's writer has
-drained a backlog of TRIM_AFTER bytes or more and then waited TRIM_IDLE_S for the next chunk,
-it calls `trim` (common/shell/heap.trim_heap, glibc's malloc_trim). glibc keeps the freed
-chunks otherwise: after a 200 MB start-up flood to a file the guard's steady RSS stayed at
-50-145 MiB against 34 without one (bench/README.md, "Memory after a flood"). A stream that is
-never quiet that long is not trimmed (its next burst would fault the pages in again).
+What a burst of output took is handed back once it is written: when a stream's writer has
+written TRIM_AFTER bytes or more since it last trimmed and then waited TRIM_IDLE_S for the
+next chunk, it calls `trim` (common/shell/heap.trim_heap, glibc's malloc_trim). glibc keeps
+the freed chunks otherwise: after a 200 MB start-up flood to a file the guard's steady RSS
+stayed at 50-145 MiB against 34 without one (bench/README.md, "Memory after a flood"), and
+where the writer kept up with the flood (no backlog) ~2.7 MiB above idle, the heap's top
+held under glibc's own trim threshold (a 16-core device host; bench/README.md, "A full run
+of the landed main"). A stream that is never quiet that long is not trimmed (its next burst
+would fault the pages in again).
 
 The scanner's work per chunk is the lines the scan hit; a chunk with no hit costs no
 per-line work, and a fatal line costs the lines it is in, not its chunk.
@@ -137,11 +140,13 @@ WRITE_PIECE = 32 * 1024
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
-# A backlog this large is handed back to the kernel once written. 1 MiB, two chunks: with
-# the writer's WRITE_PIECE writes a 200 MB start-up flood's backlog mostly stays under 8 MiB
-# (the bound before), and what it left in glibc's heap showed 3 s later (steady RSS after the
-# flood, 8 runs alternated: 34.1-36.4 MiB with 8 MiB, 34.2-34.8 with 1 MiB; bench/README.md,
-# "The writer's write size").
+# Bytes written since the last trim past which a quiet stream is trimmed. Counted as written,
+# not as the backlog's peak (the rule before): a flood the writer keeps up with never has a
+# backlog of 1 MiB, and left the heap ~2.7 MiB above idle all the same (a 16-core device host:
+# 38.8 MiB after a 200 MB start-up flood against 36.1 idle; here, with the backlog rule
+# switched off, 36.7-37.0 against 34.2). 1 MiB, two chunks; with a backlog threshold of 8 MiB
+# some floods went untrimmed (8 runs alternated: 34.1-36.4 MiB against 34.2-34.8 with 1 MiB;
+# bench/README.md, "The writer's write size").
 TRIM_AFTER = 1024 * 1024
 TRIM_IDLE_S = 1.0  # ... and the stream has been quiet this long
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -204,7 +209,6 @@ class _Pump:
         self._on_chunk, self._warm = on_chunk, warm
         self._budget = budget
         self._trim = trim
-        self._high = 0  # the most bytes not yet written since the backlog last drained
         # Where the stream is in a Python traceback starts "unknown" (rules/tracebacks.py):
         # before SGLang's first record nothing a client sent can be in it.
         self.lines = LineReader(cap, find, keep, ticket, on_stage, quick=quick)
@@ -325,20 +329,17 @@ class _Pump:
 
     def _write(self) -> None:
         self._named("write")
-        due = False  # a backlog of TRIM_AFTER or more was written: trim once the stream is quiet
+        since = 0  # bytes written since the last trim: past TRIM_AFTER, trim once quiet
         while True:
-            try:
-                chunk = self._chunks.get(timeout=TRIM_IDLE_S if due else None)
+            try:  # the queue is in order: the wait runs out only with everything written
+                chunk = self._chunks.get(timeout=TRIM_IDLE_S if since >= TRIM_AFTER else None)
             except queue.Empty:
-                due = False
+                since = 0
                 self._trim()
                 continue
             if chunk is None:
                 break
             size = len(chunk)
-            # What is not yet written, this chunk included: between two of these the reader
-            # only adds, so the largest of them is the backlog's peak.
-            self._high = max(self._high, self._read_total - self._written)
             if self.sink_error is None:
                 try:
                     self._put_out(chunk)
@@ -346,13 +347,11 @@ class _Pump:
                     self.sink_error = exc
             del chunk  # not held over the wait below: the trim may hand its pages back
             self._written += size
-            if self._read_total == self._written:  # the backlog is written
-                due = due or self._high >= TRIM_AFTER
-                self._high = 0
+            since += size
             if self._waiters:
                 with self._cond:
                     self._cond.notify_all()
-        if due:  # the stream ended right after a backlog
+        if since >= TRIM_AFTER:  # the stream ended right after a burst
             self._trim()
 
     def _wait_for_writer(self, ready: Callable[[], bool], timeout: float | None = None
