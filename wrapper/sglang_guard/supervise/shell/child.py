@@ -45,10 +45,11 @@ written TRIM_AFTER bytes or more since it last trimmed and then waited TRIM_IDLE
 next chunk, it calls `trim` (common/shell/heap.trim_heap, glibc's malloc_trim). glibc keeps
 the freed chunks otherwise: after a 200 MB start-up flood to a file the guard's steady RSS
 stayed at 50-145 MiB against 34 without one (bench/README.md, "Memory after a flood"), and
-where the writer kept up with the flood (no backlog) ~2.7 MiB above idle, the heap's top
-held under glibc's own trim threshold (a 16-core device host; bench/README.md, "A full run
-of the landed main"). A stream that is never quiet that long is not trimmed (its next burst
-would fault the pages in again).
+untrimmed after a flood the writer kept up with ~2.5-2.8 MiB above idle, the heap's top held
+under glibc's own trim threshold (a writer that keeps up builds no backlog, which the rule
+before waited for; a 16-core device host, most likely so, kept 2.7: bench/README.md, "A full
+run of the landed main"). A stream that is never quiet that long is not trimmed (its next
+burst would fault the pages in again).
 
 The scanner's work per chunk is the lines the scan hit; a chunk with no hit costs no
 per-line work, and a fatal line costs the lines it is in, not its chunk.
@@ -142,11 +143,11 @@ PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
 # Bytes written since the last trim past which a quiet stream is trimmed. Counted as written,
 # not as the backlog's peak (the rule before): a flood the writer keeps up with never has a
-# backlog of 1 MiB, and left the heap ~2.7 MiB above idle all the same (a 16-core device host:
-# 38.8 MiB after a 200 MB start-up flood against 36.1 idle; here, with the backlog rule
-# switched off, 36.7-37.0 against 34.2). 1 MiB, two chunks; with a backlog threshold of 8 MiB
-# some floods went untrimmed (8 runs alternated: 34.1-36.4 MiB against 34.2-34.8 with 1 MiB;
-# bench/README.md, "The writer's write size").
+# backlog of 1 MiB, and leaves the heap ~2.5-2.8 MiB above idle untrimmed all the same (here,
+# with the trim switched off: 36.7-37.0 MiB after a 200 MB start-up flood against 34.2; a
+# 16-core device host under the rule before: 38.8 against 36.1 idle). 1 MiB, two chunks;
+# with a backlog threshold of 8 MiB some floods went untrimmed (8 runs alternated:
+# 34.1-36.4 MiB against 34.2-34.8 with 1 MiB; bench/README.md, "The writer's write size").
 TRIM_AFTER = 1024 * 1024
 TRIM_IDLE_S = 1.0  # ... and the stream has been quiet this long
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
