@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,7 +24,18 @@ from sglang_guard.supervise.shell.eventqueue import EventQueue
 from sglang_guard.supervise.shell.proctree import Stopping, finish_stop
 from support.children import next_line
 from support.guards import Guard, argv_for, finish, guard_toml
-from support.harness import HealthServer, Launcher, count, journal_events, ready_then_wait, wait_for
+from support.harness import (
+    HealthServer,
+    Launcher,
+    base_argv,
+    count,
+    journal_events,
+    make_runtime,
+    ready_then_wait,
+    supervise,
+    terminate_when,
+    wait_for,
+)
 from support.pack import FA3_LINE
 
 FATAL = "ValueError: FlashAttention v3 Backend requires SM>=80 and SM<=90."
@@ -100,6 +112,81 @@ def test_an_early_stop_that_fails_leaves_the_reader_reading_and_the_loop_stops_i
     report = finish_stop(child.terminate(), 20)
     assert report.terminated == 1 and child.join(20) and child.poll() == 3
     assert next_line(events, lambda line: True).text == "got-term"
+
+
+def _sent(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set once a reader's early stop has signalled the tree (still under the child's stop
+    lock: whoever asks `wait_early_end` after it sees that stop)."""
+    real, sent = child_module.terminate_tree, threading.Event()
+
+    def terminate_tree(pid: int | None, pgid: int) -> Stopping:
+        stopping = real(pid, pgid)
+        sent.set()
+        return stopping
+
+    monkeypatch.setattr(child_module, "terminate_tree", terminate_tree)
+    return sent
+
+
+def test_the_loop_waits_once_for_an_early_stops_main_process_to_end(
+        spawn, events, monkeypatch) -> None:
+    """`wait_early_end`, which the loop asks before it steps the lines (EARLY_END_WAIT_S):
+    after a reader's early stop it returns once the main process ended (reaped: its status
+    is known), and only the first time."""
+    sent = _sent(monkeypatch)
+    child = spawn(*SCRIPT, stops_at=fatal)
+    next_line(events, lambda line: line.text == FATAL)
+    assert sent.wait(20)
+    assert child.wait_early_end(30) is True and child.poll() == 3
+    assert child.wait_early_end(30) is None  # once per stop
+    finish_stop(child.terminate(), 0.0)
+
+
+def test_a_child_that_outlives_its_early_stop_holds_the_loop_no_longer_than_asked(
+        spawn, events, monkeypatch) -> None:
+    sent = _sent(monkeypatch)
+    child = spawn(["ignore_term"], ["print", "stderr", FATAL], ["sleep", 60], ["exit", 0],
+                  stops_at=fatal)
+    next_line(events, lambda line: line.text == FATAL)
+    assert sent.wait(20)
+    assert child.wait_early_end(0.05) is False and child.poll() is None
+    assert child.wait_early_end(30) is None  # asked once: the loop steps on
+    report = finish_stop(child.terminate(), 0.0)  # the reader's stop, taken over: SIGKILL
+    assert report.killed == 1 and child.join(20) and child.poll() == -signal.SIGKILL
+
+
+def test_no_wait_without_an_early_stop(spawn, events) -> None:
+    child = spawn(*SCRIPT, stops_at=lambda lines: False)
+    next_line(events, lambda line: line.text == FATAL)
+    events.task_done()
+    assert child.wait_early_end(30) is None and child.poll() is None
+    report = finish_stop(child.terminate(), 20)
+    assert report.terminated == 1 and child.join(20)
+
+
+def test_the_loop_steps_an_early_stops_lines_once_the_child_ended(
+        tmp_path: Path, server: HealthServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the loop (in-process): the reader stops a quiet launch's fa3 line early; the loop
+    asks `wait_early_end` before its step, which returns with the main process ended, and
+    then fixes as ever."""
+    real, answers = child_module.Child.wait_early_end, []
+
+    def wait_early_end(self: child_module.Child, timeout: float) -> bool | None:
+        answer = real(self, max(timeout, 30.0))  # this machine may be slow: the order counts
+        answers.append((self.gen, answer, self.poll()))
+        return answer
+
+    monkeypatch.setattr(child_module.Child, "wait_early_end", wait_early_end)
+    launcher = Launcher(tmp_path, [
+        [["sleep", 1.0], ["print", "stderr", FA3_LINE], ["wait_term"], ["exit", 1]],
+        ready_then_wait(),
+    ])
+    rt = make_runtime(tmp_path, launcher)
+    argv = base_argv(server.port, "--attention-backend", "fa3")
+    assert supervise(rt, argv, terminate_when(tmp_path / "state", "ready")) == EXIT_OK
+    assert (1, True, 1) in answers, answers  # waited for gen 1's end, which then was known
+    assert [a for a in answers if a[1] is not None] == [(1, True, 1)], answers
+    assert launcher.argvs()[1] == base_argv(server.port)  # the loop's fix: fa3 dropped
 
 
 def test_the_guard_stops_a_quiet_child_early_and_still_fixes_and_journals(

@@ -439,6 +439,8 @@ class Child:
         self._stop_lock = threading.Lock()
         self._early: Stopping | None = None
         self._signalled = False
+        self._early_unwaited = False  # an early stop `wait_early_end` has not waited on yet
+        self._main_ended = threading.Event()  # the reaper's `Popen.wait` returned
         # One count for both streams: the exception line read last, on either, is the crash's.
         make = functools.partial(_Pump, gen=gen, emit=self._put_lines, cap=cap, budget=budget,
                                  find=find, keep=keep, quick=quick, on_chunk=on_chunk,
@@ -568,12 +570,14 @@ class Child:
             try:
                 self._early = self._terminate_tree()
                 self._early.early = True
+                self._early_unwaited = True
             except Exception:  # OSError, psutil.Error, ValueError: the loop's stop tries again
                 self._signalled = False
 
     def _reap(self) -> None:
         name_this_thread(f"g{self.gen}-reaper")
         returncode = self._proc.wait()
+        self._main_ended.set()
         # Normally the pipes close with the main process. A descendant that keeps them open
         # (a worker that outlived its parent) must not hide the exit: after PIPE_GRACE_S the
         # exit is reported anyway and the supervisor stops what is left of the tree.
@@ -583,6 +587,18 @@ class Child:
             pump.scanner.join(max(0.0, deadline - time.monotonic()))
         last = max((pump.lines for pump in self._pumps), key=lambda r: r.exception_ticket)
         self._events.put(ChildExited(self.gen, self.pid, returncode, last.last_exception))
+
+    def wait_early_end(self, timeout: float) -> bool | None:
+        """After a reader's early stop, wait up to `timeout` for the main process's end,
+        once per stop; whether it ended (None: no early stop waited on here).
+
+        The loop calls it before it steps the lines of an early stop (supervise/shell/
+        supervisor.py, EARLY_END_WAIT_S): its step's work (the journal's fsync'd records,
+        its log lines, the stopper thread) then does not run beside the dying process,
+        which on a small machine needs the CPU to end."""
+        with self._stop_lock:
+            pending, self._early_unwaited = self._early_unwaited, False
+        return self._main_ended.wait(timeout) if pending else None
 
     def poll(self) -> int | None:
         """The main process's exit status once it was reaped, else None."""
@@ -599,6 +615,7 @@ class Child:
         """SIGTERM the whole tree now; `stop(grace, begun=...)` does the rest."""
         with self._stop_lock:
             early, self._early = self._early, None
+            self._early_unwaited = False  # the loop's step is here: nothing left to wait for
             if early is not None:  # a reader's early stop sent it: its stop, taken over
                 return early
             self._signalled = True

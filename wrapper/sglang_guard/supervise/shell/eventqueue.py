@@ -11,7 +11,9 @@ from the loop's state stops the child (supervise/machine.stops_at); then it queu
 the same hold. No other event can come between that answer and the lines, so the loop steps
 them from the state the answer read, and decides what the answer said. The reader sends the
 SIGTERM outside the lock, before it wakes the loop: the loop's steps then do not compete
-with the stop for the GIL and the CPU (measured: bench/README.md, "Reaction, seventh round").
+with the stop for the GIL and the CPU (measured: bench/README.md, "Reaction, seventh round");
+woken, the loop lets the child's main process end first, for a few milliseconds at most
+(supervise/shell/supervisor.py, EARLY_END_WAIT_S).
 """
 
 from __future__ import annotations

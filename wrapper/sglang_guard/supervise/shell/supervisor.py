@@ -89,6 +89,12 @@ PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
 # watchdog in the guard's name (NotifyAccess=main ignores it, =all would believe it).
 GUARD_ONLY_ENV = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
 SIGNAL_POLL_S = 0.2  # the longest the loop waits for an event (see Supervisor._next_event)
+# After a reader's early stop, the longest the loop lets the child's main process end before
+# it steps the lines (Child.wait_early_end). Measured on 2 cores (bench/README.md, "The idle
+# reaction: the loop waits for the early stop's end"): the bench's one-process child ends
+# ~1.1 ms after its SIGTERM, and the step beside it cost that end ~0.1 ms. A real SGLang
+# tree takes longer to go: the step then waits the whole 5 ms, once per early stop.
+EARLY_END_WAIT_S = 0.005
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -214,6 +220,9 @@ class Supervisor:
             return None
         if isinstance(event, ChildOutput):
             event = self._output(event)
+        elif isinstance(event, ChildLine) and self.child is not None \
+                and self.child.gen == event.gen:
+            self.child.wait_early_end(EARLY_END_WAIT_S)  # the child's end first (once)
         for listener in self._listeners:
             listener.saw_event(event, self.state)
         self.state, actions = machine.step(
