@@ -24,9 +24,10 @@ first: the early stop, `Child._put_lines`):
   short of READ_CHUNK (the pipe drained: the child is not ahead), the reader reads that
   chunk's lines itself, in the same order: a quiet stream's fatal line then costs no
   hand-off between threads (measured: ~0.1-0.2 ms of the idle reaction);
-- one reaper: `Popen.wait` (so no zombie), then waits for both readers' EOF, then puts the
-  single `ChildExited` -- every `ChildLine` of a launch is on the queue before it, and it
-  carries the last exception line either stream's reader read (LineReader.last_exception).
+- one reaper: `Popen.wait` (so no zombie; its return also ends `wait_early_end`), then
+  waits for both readers' EOF, then puts the single `ChildExited` -- every `ChildLine` of a
+  launch is on the queue before it, and it carries the last exception line either stream's
+  reader read (LineReader.last_exception).
 
 `on_chunk(stream, chunk)`, if given, sees every chunk once its lines are read (the stall
 watch's progress evidence, at most SCAN_BEHIND chunks late): the scanner calls it after the

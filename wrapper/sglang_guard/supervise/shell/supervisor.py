@@ -91,7 +91,7 @@ GUARD_ONLY_ENV = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
 SIGNAL_POLL_S = 0.2  # the longest the loop waits for an event (see Supervisor._next_event)
 # After a reader's early stop, the longest the loop lets the child's main process end before
 # it steps the lines (Child.wait_early_end). Measured on 2 cores (bench/README.md, "The idle
-# reaction: the loop waits for the early stop's end"): the bench's one-process child ends
+# reaction: the loop lets the early stop's child end first"): the bench's one-process child ends
 # ~1.1 ms after its SIGTERM, and the step beside it cost that end ~0.1 ms. A real SGLang
 # tree takes longer to go: the step then waits the whole 5 ms, once per early stop.
 EARLY_END_WAIT_S = 0.005
