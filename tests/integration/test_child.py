@@ -99,6 +99,57 @@ def test_the_writer_cuts_large_chunks_into_write_pieces(spawn, events):
     assert sum(out.sizes) == 3 * MB
 
 
+class WatchedSink(io.BytesIO):
+    """A sink that says when it is first written to."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = threading.Event()
+
+    def write(self, data: Any) -> int:
+        done = super().write(data)
+        self.written.set()
+        return done
+
+
+def test_a_quiet_streams_chunk_goes_to_the_writer_after_its_lines(spawn, events):
+    # The reader reads a quiet stream's chunk's lines itself and wakes its writer only then
+    # (child.py: woken first, the writer took the GIL and the CPU beside an early stop's
+    # SIGTERM). `keep` gives the writer its chance: it waits for the sink to be written.
+    # Woken before the lines, the writer writes meanwhile; woken after, it cannot.
+    sink = WatchedSink()
+    seen: list[bool] = []
+
+    def keep(_line: Line) -> bool:
+        seen.append(sink.written.wait(0.3))
+        return True
+
+    child = spawn(["print", "stderr", "one quiet line"], stderr_sink=sink, keep=keep,
+                  find=lambda block: Hits([len(block)]))
+    lines, _ = collect(events)
+    assert child.join(20)
+    assert seen == [False]
+    assert [line.text for line in lines] == ["one quiet line"]
+    assert sink.getvalue() == b"one quiet line\n"
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_chunk_whose_lines_fail_is_still_written(spawn, events):
+    # The reader's own line reading raises (a bug): the chunk's bytes still reach the sink
+    # before the reader ends; the exit still comes.
+    sink = io.BytesIO()
+
+    def keep(_line: Line) -> bool:
+        raise RuntimeError("a bug in keep")
+
+    child = spawn(["print", "stderr", "a line"], stderr_sink=sink, keep=keep,
+                  find=lambda block: Hits([len(block)]))
+    _, exited = collect(events)
+    assert child.join(20)
+    assert exited.returncode == 0
+    assert sink.getvalue() == b"a line\n"
+
+
 def test_a_file_sink_is_written_in_c_after_what_it_held(spawn, events, tmp_path, monkeypatch):
     # The guard's own stdout is a plain file object: the writer writes its descriptor in C
     # (linescan.write_pieces, WRITE_PIECE bytes per write), the sink flushed first, so what

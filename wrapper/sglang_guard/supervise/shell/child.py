@@ -23,7 +23,11 @@ first: the early stop, `Child._put_lines`):
   waits in `write`). When the scanner has read every chunk handed to it and a read came back
   short of READ_CHUNK (the pipe drained: the child is not ahead), the reader reads that
   chunk's lines itself, in the same order: a quiet stream's fatal line then costs no
-  hand-off between threads (measured: ~0.1-0.2 ms of the idle reaction);
+  hand-off between threads (measured: ~0.1-0.2 ms of the idle reaction), and it hands
+  that chunk to its writer only after its lines (and an early stop's SIGTERM): woken
+  first, the writer took the GIL whenever the reader let it go (the scan's Hyperscan call,
+  the tree walk's reads) and the CPU beside it (bench/README.md, "The idle reaction, the
+  child's end");
 - one reaper: `Popen.wait` (so no zombie; its return also ends `wait_early_end`), then
   waits for both readers' EOF, then puts the single `ChildExited` -- every `ChildLine` of a
   launch is on the queue before it, and it carries the last exception line either stream's
@@ -265,15 +269,18 @@ class _Pump:
                     self._wait_for_writer(lambda: self._read_total - self._written
                                           < self._budget)
                 self._read_total += len(chunk)  # before the put: the writer's count is behind
-                self._chunks.put(chunk)
                 with self._turn:
                     # A short read: the pipe is drained, the child not ahead of the guard.
                     inline = self._queued == 0 and len(chunk) < READ_CHUNK
                     if not inline:
                         self._queued += 1
                 if inline:  # the scanner has read every chunk before: no hand-off, in order
-                    self._lines_of(chunk, hits)
+                    try:  # the writer is woken after the lines (see the module's docstring)
+                        self._lines_of(chunk, hits)
+                    finally:
+                        self._chunks.put(chunk)
                 else:
+                    self._chunks.put(chunk)
                     self._room.get()  # at most SCAN_BEHIND chunks queued for the scanner
                     self._scans.put((chunk, hits))  # its lines read there: the reader reads on
         finally:
