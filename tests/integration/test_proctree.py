@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import psutil
 import pytest
@@ -94,14 +95,18 @@ def test_the_walk_by_children_lists_finds_the_tree_the_table_finds(spawn, events
     collect(events)
 
 
-@pytest.mark.parametrize("lists", [True, False], ids=["children-lists", "table-only"])
+@pytest.mark.parametrize("walk", ["c", "python", "table-only"])
 def test_a_setsid_grandchild_outlives_its_parents_sigterm_and_is_still_stopped(
-        spawn, events, pidfile, monkeypatch, lists):
+        spawn, events, pidfile, monkeypatch, walk):
     """The main process dies at SIGTERM (its default action), so its setsid grandchild,
     outside the group and ignoring SIGTERM, is an orphan at once: it was found before the
-    SIGTERM went out, and the stop SIGKILLs it. Without children lists (monkeypatched off)
-    the table read first does the same."""
-    if not lists:
+    SIGTERM went out, and the stop SIGKILLs it; by the walk in C or in Python, or without
+    children lists (monkeypatched off) by the table read first."""
+    if walk == "c" and proctree._held_tree is None:
+        pytest.skip("the C walk is not built here")
+    if walk != "c":
+        monkeypatch.setattr(proctree, "_held_tree", None)
+    if walk == "table-only":
         monkeypatch.setattr(proctree, "_children", lambda _pid: None)
     child = spawn(["spawn", 1, True], ["pidfile", str(pidfile)], ["print", "stdout", "ready"],
                   ["pause"])
@@ -118,6 +123,101 @@ def test_a_setsid_grandchild_outlives_its_parents_sigterm_and_is_still_stopped(
     assert (report.terminated, report.killed, survivors(child.pgid, pids)) == (1, 1, 0)
     assert wait_gone(pids, timeout=0) == []
     collect(events)
+
+
+# A tree with every shape the walk meets: children forked by three threads (each listed under
+# the thread that forked it, the threads still alive), two children with a grandchild each,
+# one of them in a session of its own, and a child that exited unreaped (a zombie).
+_SHAPED_TREE = """
+import os, sys, threading, time
+
+def fork_sleep(setsid=False, grandchild=False):
+    pid = os.fork()
+    if pid == 0:
+        if setsid:
+            os.setsid()
+        if grandchild and os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        time.sleep(60)
+        os._exit(0)
+    return pid
+
+forked = threading.Barrier(4)
+def by_a_thread():
+    fork_sleep()
+    forked.wait()
+    time.sleep(60)
+for _ in range(3):
+    threading.Thread(target=by_a_thread, daemon=True).start()
+forked.wait()
+fork_sleep(grandchild=True)
+fork_sleep(setsid=True, grandchild=True)
+zombie = os.fork()
+if zombie == 0:
+    os._exit(0)
+while open(f"/proc/{zombie}/stat").read().split(") ")[1][0] != "Z":
+    time.sleep(0.01)
+print(zombie, flush=True)
+time.sleep(60)
+"""
+
+
+def _fdinfo_pid(fd: int) -> int:
+    for line in Path(f"/proc/self/fdinfo/{fd}").read_text().splitlines():
+        if line.startswith("Pid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"fd {fd} is no pidfd")
+
+
+@pytest.mark.skipif(proctree._held_tree is None and
+                    os.environ.get("SGLANG_GUARD_REQUIRE_NATIVE") != "1",
+                    reason="the C walk is not built here")
+def test_the_c_walk_holds_what_the_python_walk_holds():
+    """`_held_tree` (supervise/shell/_proctree.c) is `_walk` then `_open_walked`: the same
+    pids in the same order (parents first) over children forked by several threads, a
+    grandchild, a setsid grandchild, and not the zombie (its pidfd reads as exited); each
+    pidfd names its process. A gone process and the guard itself hold nothing."""
+    held_tree = proctree._held_tree
+    assert held_tree is not None
+    proc = subprocess.Popen([sys.executable, "-c", _SHAPED_TREE], start_new_session=True,
+                            stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    pairs: list[tuple[int, int]] = []
+    try:
+        zombie = int(proc.stdout.readline())
+        since = proctree._now_ticks()
+        walked = proctree._walk(proc.pid)
+        assert walked is not None
+        python = proctree._open_walked(walked, since)
+        assert python is not None
+        pairs = held_tree(proc.pid) or []
+        want = [h.pid for h in python]
+        for handle in python:
+            handle.close()
+        assert [p for p, _ in pairs] == want
+        assert len(want) == 1 + 3 + 2 + 2 and zombie in walked and zombie not in want
+        assert [_fdinfo_pid(fd) for _, fd in pairs] == want
+        assert any(os.getsid(p) == p for p in want if p != proc.pid)  # the setsid one
+    finally:
+        for _, fd in pairs:
+            os.close(fd)
+        stop_tree(proc.pid, proc.pid, grace=0)
+        proc.wait(10)
+    assert held_tree(proc.pid) == []  # reaped: gone
+    assert held_tree(os.getpid()) == []
+
+
+def test_the_c_walk_is_built_where_it_is_required():
+    """CI (.ci/run) sets SGLANG_GUARD_REQUIRE_NATIVE=1: a build that silently fell back to
+    the Python walk fails here instead of only stopping later; SGLANG_GUARD_PURE=1 turns it
+    off."""
+    if os.environ.get("SGLANG_GUARD_REQUIRE_NATIVE") == "1":
+        assert proctree._held_tree is not None
+    probe = "from sglang_guard.supervise.shell import proctree; print(proctree._held_tree)"
+    pure = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          check=True, env={**os.environ, "SGLANG_GUARD_PURE": "1"})
+    assert pure.stdout.strip() == "None"
 
 
 _ORPHAN_IN_SESSION = """

@@ -1,0 +1,3 @@
+# The C module of supervise/shell/_proctree.c (built by hatch_build.py where a compiler is).
+
+def held_tree(pid: int, /) -> list[tuple[int, int]] | None: ...
