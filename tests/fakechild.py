@@ -18,6 +18,8 @@ A script is a JSON list of steps, each a list: [op, args...]. Streams are "stdou
   ["pidfile", path]                write {"pid", "pgid", "sid", "children"} as JSON, atomically
   ["pause"]                        block forever
   ["kill", signum]                 signal itself
+  ["close", stream]                close that pipe (the next writes to it are dropped)
+  ["wait_file", path]              block until `path` exists (the test's go-ahead)
   ["exit", code]
 Everything is flushed after each step. Only the standard library, so it starts fast.
 """
@@ -92,6 +94,11 @@ def run(script: list[list[Any]]) -> int:
             threading.Event().wait()
         elif op == "kill":
             os.kill(os.getpid(), int(args[0]))
+        elif op == "close":
+            os.close(_out(args[0]))
+        elif op == "wait_file":
+            while not Path(args[0]).exists():
+                time.sleep(0.01)
         elif op == "exit":
             return int(args[0])
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -162,6 +163,53 @@ def test_no_wait_without_an_early_stop(spawn, events) -> None:
     assert child.wait_early_end(30) is None and child.poll() is None
     report = finish_stop(child.terminate(), 20)
     assert report.terminated == 1 and child.join(20)
+
+
+def _waiting_at_eof(thread: threading.Thread) -> bool:
+    """Whether `thread` is in Child._let_end (a reader at EOF, waiting for the main
+    process's end)."""
+    frame = sys._current_frames().get(thread.ident or -1)
+    while frame is not None:
+        if frame.f_code.co_name == "_let_end":
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_reader_at_eof_lets_a_stopped_child_end_before_its_pump_ends(
+        spawn, events, monkeypatch, tmp_path) -> None:
+    """After the guard's SIGTERM, a reader whose pipe closed waits for the main process's
+    end (EOF_END_WAIT_S, raised here) before it wakes its writer and scanner: the child
+    ignores SIGTERM, closes both pipes and lives on until told to exit; the readers wait at
+    EOF, and end once the reaper saw the end."""
+    monkeypatch.setattr(child_module, "EOF_END_WAIT_S", 60.0)
+    go = tmp_path / "go"
+    child = spawn(["ignore_term"], ["print", "stdout", "ready"], ["wait_file", str(go)],
+                  ["close", "stdout"], ["close", "stderr"], ["sleep", 60], ["exit", 0])
+    next_line(events, lambda line: line.text == "ready")
+    stopping = child.terminate()  # ignored: the child lives on
+    go.touch()
+    readers = [pump.reader for pump in child._pumps]
+    assert wait_for(lambda: all(_waiting_at_eof(r) for r in readers), 20)
+    assert child.poll() is None and all(r.is_alive() for r in readers)
+    report = finish_stop(stopping, 0.0)  # SIGKILL: the main process ends
+    assert report.killed == 1
+    assert child.join(20) and not any(r.is_alive() for r in readers)
+    assert isinstance(events.get(timeout=20), ChildExited)
+
+
+def test_a_reader_at_eof_does_not_wait_for_a_child_the_guard_did_not_stop(
+        spawn, events, monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(child_module, "EOF_END_WAIT_S", 60.0)
+    child = spawn(["print", "stdout", "ready"], ["close", "stdout"], ["close", "stderr"],
+                  ["wait_file", str(tmp_path / "go")], ["exit", 0])
+    next_line(events, lambda line: line.text == "ready")
+    for pump in child._pumps:
+        pump.reader.join(20)
+        assert not pump.reader.is_alive()  # ended at EOF, the child still running
+    assert child.poll() is None
+    (tmp_path / "go").touch()
+    assert child.join(20)
 
 
 def test_the_loop_steps_an_early_stops_lines_once_the_child_ended(

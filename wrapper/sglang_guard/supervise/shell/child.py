@@ -28,7 +28,8 @@ first: the early stop, `Child._put_lines`):
   first, the writer took the GIL whenever the reader let it go (the scan's Hyperscan call,
   the tree walk's reads) and the CPU beside it (bench/README.md, "The idle reaction, the
   child's end");
-- one reaper: `Popen.wait` (so no zombie; its return also ends `wait_early_end`), then
+- one reaper: `Popen.wait` (so no zombie; its return also ends `wait_early_end`, and the
+  readers' wait at EOF for a child the guard stopped: `_let_end`), then
   waits for both readers' EOF, then puts the single `ChildExited` -- every `ChildLine` of a
   launch is on the queue before it, and it carries the last exception line either stream's
   reader read (LineReader.last_exception).
@@ -145,6 +146,9 @@ SCAN_BEHIND = 4  # chunks the scanner may be behind the reader
 WRITE_PIECE = 32 * 1024
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
+# A reader at EOF of a child the guard sent its SIGTERM: how long it lets the main process end
+# before it wakes its writer and scanner and closes the pipe (Child._let_end).
+EOF_END_WAIT_S = 0.005
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
 # Bytes written since the last trim past which a quiet stream is trimmed. Counted as written,
 # not as the backlog's peak (the rule before): a flood the writer keeps up with never has a
@@ -208,8 +212,10 @@ class _Pump:
         warm: Callable[[], object] | None = None,
         trim: Callable[[], None] = trim_heap,
         scan_on_reader: Callable[[], LiteralScan | bool] | None = None,
+        at_eof: Callable[[], None] | None = None,
     ) -> None:
         self._pipe, self._stream, self._sink, self._emit = pipe, stream, sink, emit
+        self._at_eof = at_eof
         self._scan_on_reader = scan_on_reader
         self._gen = gen
         self._on_chunk, self._warm = on_chunk, warm
@@ -283,6 +289,8 @@ class _Pump:
                     self._chunks.put(chunk)
                     self._room.get()  # at most SCAN_BEHIND chunks queued for the scanner
                     self._scans.put((chunk, hits))  # its lines read there: the reader reads on
+            if self._at_eof is not None:
+                self._at_eof()
         finally:
             self._chunks.put(None)
             self._scans.put(None)
@@ -454,7 +462,7 @@ class Child:
                                  find=find, keep=keep, quick=quick, on_chunk=on_chunk,
                                  scan_on_reader=scan_on_reader,
                                  ticket=itertools.count(1).__next__, on_stage=on_stage,
-                                 warm=warm, trim=trim)
+                                 warm=warm, trim=trim, at_eof=self._let_end)
         self._pumps = (
             make(pipe=proc.stdout, stream="stdout", sink=sinks[0]),
             make(pipe=proc.stderr, stream="stderr", sink=sinks[1]),
@@ -581,6 +589,18 @@ class Child:
                 self._early_unwaited = True
             except Exception:  # OSError, psutil.Error, ValueError: the loop's stop tries again
                 self._signalled = False
+
+    def _let_end(self) -> None:
+        """A reader at EOF (its pipe closed): where the guard sent the tree its SIGTERM, the
+        main process closes its pipes as it exits, before its end is reported; wait for that
+        end (the reaper's), EOF_END_WAIT_S at most, before the reader wakes its writer and
+        scanner and closes the pipe. Woken at once, the pump threads took the CPU from the
+        exit: on two cores perf showed the EOF's reader preempting the dying child and the
+        six pump threads ending beside it, its end reported 0.1-0.25 ms later (bench/
+        README.md, "The idle reaction, the child's end"). A child that ends by itself, or
+        closed its pipes and lives on, is not waited for."""
+        if self._signalled:
+            self._main_ended.wait(EOF_END_WAIT_S)
 
     def _reap(self) -> None:
         name_this_thread(f"g{self.gen}-reaper")
