@@ -133,6 +133,24 @@ def test_a_quiet_streams_chunk_goes_to_the_writer_after_its_lines(spawn, events)
     assert sink.getvalue() == b"one quiet line\n"
 
 
+def test_a_quiet_chunk_its_scan_found_nothing_in_goes_to_the_writer_first(spawn, events):
+    # The reader's scan found no line to read: nothing an early stop could come of, and the
+    # writer is woken before the chunk's lines (the tracker's walk) and `on_chunk` run, as
+    # a flood's chunk's is. `on_chunk` waits for the sink: woken first, the writer writes.
+    sink = WatchedSink()
+    seen: list[bool] = []
+
+    def on_chunk(_stream: str, _chunk: bytes) -> None:
+        seen.append(sink.written.wait(20))
+
+    child = spawn(["print", "stderr", "a line no rule reads"], stderr_sink=sink,
+                  keep=lambda _line: True, find=lambda _block: Hits([]), on_chunk=on_chunk)
+    lines, _ = collect(events)
+    assert child.join(20)
+    assert seen == [True] and lines == []
+    assert sink.getvalue() == b"a line no rule reads\n"
+
+
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_chunk_whose_lines_fail_is_still_written(spawn, events):
     # The reader's own line reading raises (a bug): the chunk's bytes still reach the sink

@@ -23,11 +23,12 @@ first: the early stop, `Child._put_lines`):
   waits in `write`). When the scanner has read every chunk handed to it and a read came back
   short of READ_CHUNK (the pipe drained: the child is not ahead), the reader reads that
   chunk's lines itself, in the same order: a quiet stream's fatal line then costs no
-  hand-off between threads (measured: ~0.1-0.2 ms of the idle reaction), and it hands
-  that chunk to its writer only after its lines (and an early stop's SIGTERM): woken
-  first, the writer took the GIL whenever the reader let it go (the scan's Hyperscan call,
-  the tree walk's reads) and the CPU beside it (bench/README.md, "The idle reaction, the
-  child's end");
+  hand-off between threads (measured: ~0.1-0.2 ms of the idle reaction), and where that
+  chunk has lines to read it hands it to its writer only after them (and an early stop's
+  SIGTERM): woken first, the writer took the GIL whenever the reader let it go (the
+  scan's Hyperscan call, the tree walk's reads) and the CPU beside it (bench/README.md,
+  "The idle reaction, the child's end"). A chunk whose scan on the reader found nothing
+  to read goes to the writer first (`_scanned_blank`);
 - one reaper: `Popen.wait` (so no zombie; its return also ends `wait_early_end`, and the
   readers' wait at EOF for a child the guard stopped: `_let_end`), then
   waits for both readers' EOF, then puts the single `ChildExited` -- every `ChildLine` of a
@@ -280,7 +281,10 @@ class _Pump:
                     inline = self._queued == 0 and len(chunk) < READ_CHUNK
                     if not inline:
                         self._queued += 1
-                if inline:  # the scanner has read every chunk before: no hand-off, in order
+                if inline and _scanned_blank(hits):  # no line to read: the writer first
+                    self._chunks.put(chunk)
+                    self._lines_of(chunk, hits)
+                elif inline:  # the scanner has read every chunk before: no hand-off, in order
                     try:  # the writer is woken after the lines (see the module's docstring)
                         self._lines_of(chunk, hits)
                     finally:
@@ -408,6 +412,14 @@ class _Pump:
                 for at in range(0, len(chunk), WRITE_PIECE):
                     self._sink.write(view[at:at + WRITE_PIECE])
         self._sink.flush()
+
+
+def _scanned_blank(hits: Hits | None) -> bool:
+    """Whether the reader's own scan found no line in a chunk to read (no rule's, no
+    header's, none with an ESC or a NUL): its lines cost only the tracker's walk in C, and
+    its writer is woken first, as a flood's is. None (not scanned on the reader: while
+    starting) counts as lines to read."""
+    return hits is not None and not (hits.lines or hits.headers or hits.dirty)
 
 
 def _plain_fd(sink: BinaryIO) -> int | None:
