@@ -609,8 +609,8 @@ class Child:
         scanner and closes the pipe. Woken at once, the pump threads took the CPU from the
         exit: on two cores perf showed the EOF's reader preempting the dying child and the
         six pump threads ending beside it, its end reported 0.1-0.25 ms later (bench/
-        README.md, "The idle reaction, the child's end"). A child that ends by itself, or
-        closed its pipes and lives on, is not waited for."""
+        README.md, "The idle reaction, the child's end"). A child the guard did not stop
+        (one that ends by itself, or closes its pipes and lives on) is not waited for."""
         if self._signalled:
             self._main_ended.wait(EOF_END_WAIT_S)
 
