@@ -131,7 +131,7 @@ def _sent(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 
 def test_the_loop_waits_once_for_an_early_stops_main_process_to_end(
         spawn, events, monkeypatch) -> None:
-    """`wait_early_end`, which the loop asks before it steps the lines (EARLY_END_WAIT_S):
+    """`wait_early_end`, which the loop asks before it steps the lines (child.END_WAIT_S):
     after a reader's early stop it returns once the main process ended (reaped: its status
     is known), and only the first time."""
     sent = _sent(monkeypatch)
@@ -179,10 +179,10 @@ def _waiting_at_eof(thread: threading.Thread) -> bool:
 def test_a_reader_at_eof_lets_a_stopped_child_end_before_its_pump_ends(
         spawn, events, monkeypatch, tmp_path) -> None:
     """After the guard's SIGTERM, a reader whose pipe closed waits for the main process's
-    end (EOF_END_WAIT_S, raised here) before it wakes its writer and scanner: the child
+    end (END_WAIT_S, raised here) before it wakes its writer and scanner: the child
     ignores SIGTERM, closes both pipes and lives on until told to exit; the readers wait at
     EOF, and end once the reaper saw the end."""
-    monkeypatch.setattr(child_module, "EOF_END_WAIT_S", 60.0)
+    monkeypatch.setattr(child_module, "END_WAIT_S", 60.0)
     go = tmp_path / "go"
     child = spawn(["ignore_term"], ["print", "stdout", "ready"], ["wait_file", str(go)],
                   ["close", "stdout"], ["close", "stderr"], ["sleep", 60], ["exit", 0])
@@ -200,7 +200,7 @@ def test_a_reader_at_eof_lets_a_stopped_child_end_before_its_pump_ends(
 
 def test_a_reader_at_eof_does_not_wait_for_a_child_the_guard_did_not_stop(
         spawn, events, monkeypatch, tmp_path) -> None:
-    monkeypatch.setattr(child_module, "EOF_END_WAIT_S", 60.0)
+    monkeypatch.setattr(child_module, "END_WAIT_S", 60.0)
     child = spawn(["print", "stdout", "ready"], ["close", "stdout"], ["close", "stderr"],
                   ["wait_file", str(tmp_path / "go")], ["exit", 0])
     next_line(events, lambda line: line.text == "ready")

@@ -147,9 +147,15 @@ SCAN_BEHIND = 4  # chunks the scanner may be behind the reader
 WRITE_PIECE = 32 * 1024
 _F_SETPIPE_SZ = 1031  # <linux/fcntl.h>
 PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay open
-# A reader at EOF of a child the guard sent its SIGTERM: how long it lets the main process end
-# before it wakes its writer and scanner and closes the pipe (Child._let_end).
-EOF_END_WAIT_S = 0.005
+# Once the guard sent a child its SIGTERM, the longest the guard's own work that would run
+# beside the dying main process waits for its end: the loop's step of an early stop's lines
+# (Child.wait_early_end, asked by supervise/shell/supervisor.py) and a reader's end at EOF
+# (Child._let_end). Measured on 2 cores: the bench's one-process child ends ~1.1 ms after its
+# SIGTERM; the step beside it cost that end ~0.1 ms (bench/README.md, "The idle reaction: the
+# loop lets the early stop's child end first"), the pump threads' ends 0.1-0.25 ms ("The idle
+# reaction, the child's end"). A real SGLang tree takes longer to go: each then waits the
+# whole 5 ms, once.
+END_WAIT_S = 0.005
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
 # Bytes written since the last trim past which a quiet stream is trimmed. Counted as written,
 # not as the backlog's peak (the rule before): a flood the writer keeps up with never has a
@@ -605,14 +611,14 @@ class Child:
     def _let_end(self) -> None:
         """A reader at EOF (its pipe closed): where the guard sent the tree its SIGTERM, the
         main process closes its pipes as it exits, before its end is reported; wait for that
-        end (the reaper's), EOF_END_WAIT_S at most, before the reader wakes its writer and
+        end (the reaper's), END_WAIT_S at most, before the reader wakes its writer and
         scanner and closes the pipe. Woken at once, the pump threads took the CPU from the
         exit: on two cores perf showed the EOF's reader preempting the dying child and the
         six pump threads ending beside it, its end reported 0.1-0.25 ms later (bench/
         README.md, "The idle reaction, the child's end"). A child the guard did not stop
         (one that ends by itself, or closes its pipes and lives on) is not waited for."""
         if self._signalled:
-            self._main_ended.wait(EOF_END_WAIT_S)
+            self._main_ended.wait(END_WAIT_S)
 
     def _reap(self) -> None:
         name_this_thread(f"g{self.gen}-reaper")
@@ -633,7 +639,7 @@ class Child:
         once per stop; whether it ended (None: no early stop waited on here).
 
         The loop calls it before it steps the lines of an early stop (supervise/shell/
-        supervisor.py, EARLY_END_WAIT_S): its step's work (the journal's fsync'd records,
+        supervisor.py, END_WAIT_S): its step's work (the journal's fsync'd records,
         its log lines, the stopper thread) then does not run beside the dying process,
         which on a small machine needs the CPU to end."""
         with self._stop_lock:

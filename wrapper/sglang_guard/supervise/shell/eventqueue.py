@@ -13,7 +13,7 @@ them from the state the answer read, and decides what the answer said. The reade
 SIGTERM outside the lock, before it wakes the loop: the loop's steps then do not compete
 with the stop for the GIL and the CPU (measured: bench/README.md, "Reaction, seventh round");
 woken, the loop lets the child's main process end first, for a few milliseconds at most
-(supervise/shell/supervisor.py, EARLY_END_WAIT_S).
+(supervise/shell/child.py, END_WAIT_S).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ from sglang_guard.supervise.events import (
     Tick,
 )
 from sglang_guard.supervise.shell import health, orphans, ports, proctree, stopsignals
-from sglang_guard.supervise.shell.child import Child
+from sglang_guard.supervise.shell.child import END_WAIT_S, Child
 from sglang_guard.supervise.shell.eventqueue import EventQueue
 from sglang_guard.supervise.shell.jobs import Jobs
 from sglang_guard.supervise.shell.journal import Journal as JournalFile
@@ -89,12 +89,6 @@ PORT_WAIT_S = 60.0  # after a stop, how long the old server may hold the port
 # watchdog in the guard's name (NotifyAccess=main ignores it, =all would believe it).
 GUARD_ONLY_ENV = frozenset({"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"})
 SIGNAL_POLL_S = 0.2  # the longest the loop waits for an event (see Supervisor._next_event)
-# After a reader's early stop, the longest the loop lets the child's main process end before
-# it steps the lines (Child.wait_early_end). Measured on 2 cores (bench/README.md, "The idle
-# reaction: the loop lets the early stop's child end first"): the bench's one-process child ends
-# ~1.1 ms after its SIGTERM, and the step beside it cost that end ~0.1 ms. A real SGLang
-# tree takes longer to go: the step then waits the whole 5 ms, once per early stop.
-EARLY_END_WAIT_S = 0.005
 _HANDLED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -222,7 +216,7 @@ class Supervisor:
             event = self._output(event)
         elif isinstance(event, ChildLine) and self.child is not None \
                 and self.child.gen == event.gen:
-            self.child.wait_early_end(EARLY_END_WAIT_S)  # the child's end first (once)
+            self.child.wait_early_end(END_WAIT_S)  # the child's end first (once)
         for listener in self._listeners:
             listener.saw_event(event, self.state)
         self.state, actions = machine.step(
