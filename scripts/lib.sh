@@ -8,12 +8,11 @@ say() { printf '\033[1m==> %s\033[0m\n' "$*" >&2; }
 
 ensure_guard_venv() {
     # Rebuilt when pyproject.toml, the build hook or the C it compiles changes (their hash is
-    # stored in the venv): the editable install's C modules (hatch_build.MODULES) are built at
-    # install.
+    # stored in the venv): the editable install's C modules (hatch_build.MODULES, every .c
+    # file under wrapper/) are built at install.
     local want have
-    want="$(cat "$REPO/pyproject.toml" "$REPO/hatch_build.py" \
-        "$REPO/wrapper/sglang_guard/rules/_linescan.c" \
-        "$REPO/wrapper/sglang_guard/supervise/shell/_proctree.c" | sha256sum | cut -c1-16)"
+    want="$(find "$REPO/wrapper" -name '*.c' -print0 | LC_ALL=C sort -z \
+        | xargs -0 cat "$REPO/pyproject.toml" "$REPO/hatch_build.py" | sha256sum | cut -c1-16)"
     have="$(cat "$VENV/.pyproject-hash" 2>/dev/null || true)"
     if [[ "$want" != "$have" || ! -x "$VENV/bin/sglang-guard" ]]; then
         say "installing sglang-guard and its dev tools into $VENV"
