@@ -32,6 +32,12 @@ from support.pack import PACK_TEXT
 from support.statusport import get
 
 
+def _past_preflight(address: tuple[str, int]) -> tuple[int, bytes] | None:
+    """/status's answer once the guard's phase has left "preflight" (None before)."""
+    code, body = get(address, "/status")
+    return (code, body) if code != 200 or json.loads(body)["phase"] != "preflight" else None
+
+
 def test_two_guards_on_one_host_each_serve_their_own_status_port(tmp_path: Path) -> None:
     with HealthServer() as health:
         if derived_port(DEFAULT_STATUS_PORT, health.port) == DEFAULT_STATUS_PORT:
@@ -65,7 +71,9 @@ def test_two_guards_on_one_host_each_serve_their_own_status_port(tmp_path: Path)
             assert addresses[0] != addresses[1]
             assert derived_port(DEFAULT_STATUS_PORT, health.port) in {p for _, p in addresses}
             for address in addresses:
-                code, body = get(address, "/status")
+                # The port listens before the first launch: on a loaded host the phase may
+                # still read "preflight" here (seen once in CI); wait for the launch.
+                code, body = wait_for(lambda a=address: _past_preflight(a), what="a launch")
                 assert code == 200 and json.loads(body)["phase"] in ("starting", "ready")
                 assert json.loads(body)["listen"] == {"host": address[0], "port": address[1]}
                 assert get(address, "/livez")[0] == 200
