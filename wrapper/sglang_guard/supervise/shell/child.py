@@ -3,7 +3,8 @@
 Threads per launch (all daemons; they put events and decide nothing, except that a reader
 or scanner whose lines the caught-up loop will stop the child for sends the SIGTERM itself,
 first: the early stop, `Child._put_lines`):
-- one reader per pipe: reads bytes (READ_CHUNK at a time), scans each chunk where the scan
+- one reader per pipe, on a short time slice until the guard signals the child
+  (READER_SLICE_NS): reads bytes (READ_CHUNK at a time), scans each chunk where the scan
   takes no GIL per hit (`scan_on_reader`; LineReader.scan: past the start, the running
   phase's literals in C; and the lines with an ESC or NUL) and hands it, with what the scan
   found, to its writer and its scanner. A scan on Hyperscan, which takes the GIL for a
@@ -86,6 +87,7 @@ from typing import IO, BinaryIO
 from sglang_guard.common.shell.cores import usable_cores
 from sglang_guard.common.shell.heap import trim_heap
 from sglang_guard.common.shell.threadname import name_this_thread
+from sglang_guard.common.shell.timeslice import SHORTEST_NS, set_slice
 from sglang_guard.errors import InputError
 from sglang_guard.rules.linereader import Find, Hits, Line, LineReader, LiteralScan
 from sglang_guard.rules.linescan import read_scan, write_pieces
@@ -157,6 +159,19 @@ PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay
 # whole 5 ms, once.
 END_WAIT_S = 0.005
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
+# The time slice each pipe's reader asks of the kernel while the guard has not signalled the
+# child (common/shell/timeslice.py; Linux 6.12+, elsewhere nothing changes). The child's
+# write wakes its reader onto the child's own CPU, where with the default slice it waited
+# for the child to block; SGLang's scheduler runs on after its fatal traceback
+# (srt/managers/scheduler.py:6372-6373 on 0.5.23: it logs it, then signals its parent and
+# exits). Measured on 2 cores, 20 runs an arm (bench/README.md, "The idle reaction: the
+# reader's slice"): a child that computes on after its fatal line (the bench's `runs-on`)
+# was sent its SIGTERM 2.32 -> 1.03 ms after the write (q3 3.53 -> 1.31) and ended 4.08 ->
+# 2.73 ms after it (q3 6.32 -> 3.42); one that goes quiet (`idle`): 0.94 -> 0.90 and 2.45
+# -> 2.46. Once the guard sent the SIGTERM the readers go back to the default
+# (`Child._calm_readers`): left short, their wake-ups took the CPU from the dying child
+# (its end after the SIGTERM, 16 runs an arm: 1.56 -> 1.71 ms; put back: 1.58 -> 1.45).
+READER_SLICE_NS = SHORTEST_NS
 # Bytes written since the last trim past which a quiet stream is trimmed. Counted as written,
 # not as the backlog's peak (the rule before): a flood the writer keeps up with never has a
 # backlog of 1 MiB, and leaves the heap ~2.5-2.8 MiB above idle untrimmed all the same (here,
@@ -252,6 +267,7 @@ class _Pump:
         self._queued = 0
         self._turn = threading.Lock()
         self.sink_error: OSError | ValueError | None = None
+        self.calm = False  # the guard signalled the child: the reader keeps the default slice
         self._fd = _plain_fd(sink)
         self.reader = threading.Thread(target=self._read, name=f"child-{gen}-{stream}-reader")
         self.writer = threading.Thread(target=self._write, name=f"child-{gen}-{stream}-writer")
@@ -270,6 +286,8 @@ class _Pump:
 
     def _read(self) -> None:
         self._named("read")
+        if not self.calm:  # the guard has not signalled the child yet
+            set_slice(READER_SLICE_NS)
         if self._warm is not None:
             self._warm()
         fd = self._pipe.fileno()
@@ -607,6 +625,8 @@ class Child:
                 self._early_unwaited = True
             except Exception:  # OSError, psutil.Error, ValueError: the loop's stop tries again
                 self._signalled = False
+                return
+            self._calm_readers()
 
     def _let_end(self) -> None:
         """A reader at EOF (its pipe closed): where the guard sent the tree its SIGTERM, the
@@ -665,7 +685,19 @@ class Child:
             if early is not None:  # a reader's early stop sent it: its stop, taken over
                 return early
             self._signalled = True
-            return self._terminate_tree()
+            stopping = self._terminate_tree()
+            self._calm_readers()
+            return stopping
+
+    def _calm_readers(self) -> None:
+        """After the guard's SIGTERM: the pipes' readers back on the kernel's default slice
+        (READER_SLICE_NS), by their native ids, so that their wake-ups at the pipes' EOF do
+        not preempt the dying tree. A reader not started yet never asks for the short one."""
+        for pump in self._pumps:
+            pump.calm = True
+            tid = pump.reader.native_id
+            if tid is not None and pump.reader.is_alive():
+                set_slice(0, tid)
 
     def _terminate_tree(self) -> Stopping:
         # Once reaped, the pid number may belong to someone else; the group id stays ours
