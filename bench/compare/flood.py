@@ -1,12 +1,14 @@
 """Reaction in a flood: from the child writing a fatal line to SIGTERM ending the child.
 
-Three cases (floodchild.py): the child is quiet (`idle`), floods stdout while the fatal line
-comes on stderr (`other-stream`), or writes the fatal line inside its stdout flood
-(`same-stream`). The guard (default pack; the `fa3-requires-sm80-sm90` line is a fix, acted
-on at once) against supervisord with the PROCESS_LOG listener restarting on the same regex,
-and against the floor: floorsup.py, one thread per pipe that reads, writes and SIGTERMs the
-group on a substring of the fatal line (what this machine's wake-ups and the child's end
-cost, with no supervisor's work between them).
+Four cases (floodchild.py): the child is quiet (`idle`), is quiet but computes on after its
+fatal line as SGLang's scheduler does (`runs-on`: no target, issue 24 names the other
+three), floods stdout while the fatal line comes on stderr (`other-stream`), or writes the
+fatal line inside its stdout flood (`same-stream`). The guard (default pack; the
+`fa3-requires-sm80-sm90` line is a fix, acted on at once) against supervisord with the
+PROCESS_LOG listener restarting on the same regex, and against the floor: floorsup.py, one
+thread per pipe that reads, writes and SIGTERMs the group on a substring of the fatal line
+(what this machine's wake-ups and the child's end cost, with no supervisor's work between
+them).
 Timed on CLOCK_MONOTONIC from the stamp the child writes just before its fatal write to the
 end of the child (it leaves SIGTERM at its default action: SIGTERM is its end), seen on a
 pidfd opened before the fatal line. A peer that never stops the child within CAP_S counts as
@@ -28,7 +30,7 @@ import sups
 from measure import HERE, Figure, kill_tree, stop_process, wait_until
 from reaction import SPECIFIC_RE
 
-MODES = ("idle", "other-stream", "same-stream")
+MODES = ("idle", "runs-on", "other-stream", "same-stream")
 CAP_S = 15.0
 # issue 24: <= 2 ms idle, <= 5 ms in a flood
 TARGETS = {"idle": 0.002, "other-stream": 0.005, "same-stream": 0.005}

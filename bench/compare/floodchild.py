@@ -1,13 +1,16 @@
 """The flood child: launch 1 writes a fatal line idle, beside a flood, or inside one.
 
-    floodchild.py DIR idle|other-stream|same-stream [SGLANG ARGS...]
+    floodchild.py DIR idle|runs-on|other-stream|same-stream [SGLANG ARGS...]
 
 Launch 1 (still starting: no ready line) writes SGLang-like log lines to stdout as fast as
-the pipe takes them (`other-stream`, `same-stream`) or nothing (`idle`); after FLOOD_S it
-writes the fatal traceback of reactchild.py (the `fa3-requires-sm80-sm90` line, one write
-of whole lines): on stderr (`idle`, `other-stream`) or into the stdout flood between two
-chunks (`same-stream`), and then stamps the CLOCK_MONOTONIC read just before that write in
-DIR/fatal (SIGTERM, which only the main thread takes, held off until it is there). It writes its
+the pipe takes them (`other-stream`, `same-stream`) or nothing (`idle`, `runs-on`); after
+FLOOD_S it writes the fatal traceback of reactchild.py (the `fa3-requires-sm80-sm90` line,
+one write of whole lines): on stderr (`idle`, `runs-on`, `other-stream`) or into the stdout
+flood between two chunks (`same-stream`), and then stamps the CLOCK_MONOTONIC read just
+before that write in DIR/fatal (SIGTERM, which only the main thread takes, held off until it
+is there). `runs-on` then computes for RUN_ON_S, as SGLang's scheduler goes on after its fatal
+traceback (srt/managers/scheduler.py:6372-6373 on 0.5.23: it logs it, signals its parent
+and exits; the parent's handler then stops the tree), where `idle` sleeps. It writes its
 pid to DIR/pid; SIGTERM is not handled, so it ends the process at once, and the bench sees
 that end on a pidfd (a Python-level handler would run only when the main thread next runs
 bytecode). Later launches print the ready line and wait.
@@ -22,10 +25,11 @@ import threading
 import time
 from pathlib import Path
 
-from reactchild import CRASH, READY, SPECIFIC, _stamp
+from reactchild import CRASH, READY, SPECIFIC
 
 FLOOD_S = 0.5
 AFTER_S = 1.0  # the flood goes on this long after the fatal line, at most (bounds the disk)
+RUN_ON_S = 0.02  # `runs-on`: the CPU time after the fatal line (SIGTERM ends it before)
 LINE = (b"[2026-01-01 00:00:00 TP0] Prefill batch, #new-seq: 1, #new-token: 512, "
         b"#cached-token: 0, token usage: 0.01, #running-req: 0, #queue-req: 0\n")
 CHUNK = LINE * (65536 // len(LINE))
@@ -59,16 +63,28 @@ def main() -> int:
 
     if flooding:
         threading.Thread(target=flood, daemon=True).start()
+    tmp, stamp = os.fsencode(workdir / "fatal.tmp"), os.fsencode(workdir / "fatal")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     time.sleep(FLOOD_S)
-    # The clock is read just before the fatal write and the stamp file written after it,
-    # with SIGTERM held off until then (a reaction takes milliseconds; the file's ~0.2 ms
-    # of open, write and rename no longer count in the figure, for any supervisor).
+    # The clock is read just before the fatal write and the stamp written after it, with
+    # SIGTERM held off until the stamp is whole (renamed into place). Its file is opened
+    # before: held off are one write and one rename (~20 us). The whole of `_stamp` (~0.2 ms
+    # of Python's open, write and rename) held SIGTERM off where a supervisor that preempts
+    # the child at its fatal write signals before the stamp is there: that supervisor's
+    # SIGTERM waited for it, one that came later did not (bench/README.md, "The idle
+    # reaction: the reader's slice").
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     with lock:
         at = time.monotonic()
         os.write(1 if mode == "same-stream" else 2, FATAL)
-    _stamp(workdir / "fatal", at)
+    os.write(fd, repr(at).encode())
+    os.rename(tmp, stamp)  # noqa: PTH104 - paths encoded before: least work held off
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    os.close(fd)
+    if mode == "runs-on":
+        until = time.monotonic() + RUN_ON_S
+        while time.monotonic() < until:
+            pass
     time.sleep(30)  # SIGTERM ends it well before
     return 1
 
