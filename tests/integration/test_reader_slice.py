@@ -1,14 +1,17 @@
 """Issue 24: each pipe's reader runs on a short time slice while the child runs, and on the
 kernel's default once the guard has signalled the child (supervise/shell/child.py,
 READER_SLICE_NS; common/shell/timeslice.py). Real processes, the slices read back from the
-kernel by each reader's native id. On a kernel that keeps no per-thread slice (Linux before
-6.12) there is nothing to read back: these tests say so and skip; the unit tests of
-timeslice.py hold what happens there."""
+kernel by each reader's native id; a flood's reads put its reader back on the default
+until a quiet one. On a kernel that keeps no per-thread slice (Linux before 6.12) there is
+nothing to read back: these tests say so and skip; the unit tests of timeslice.py hold what
+happens there."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +71,24 @@ def test_an_early_stop_puts_the_readers_back_on_the_default_slice(spawn, events)
              "both readers back on the default slice")
     assert child.poll() is None  # the SIGTERM went out (ignored); the readers read on
     child.stop(0.0, timeout=20)
+
+
+def test_a_flood_puts_its_reader_on_the_default_slice_and_a_quiet_line_back(
+        spawn, events, tmp_path) -> None:
+    """A read of QUIET_READ or more (a flood: the child ahead of the guard) puts its reader
+    back on the default slice; the next short read, on the short one again."""
+    go = tmp_path / "go"
+    with Path(os.devnull).open("wb") as sink:  # a plain file: the writer keeps pace in C
+        child = spawn(["ignore_term"], ["fill", "stdout", 1 << 30, "x"], ["print", "stdout", ""],
+                      ["wait_file", str(go)], ["print", "stdout", "quiet"], ["pause"],
+                      stdout_sink=sink)
+        reader = child._pumps[0].reader  # stdout's
+        wait_for(lambda: reader.native_id is not None
+                 and timeslice.slice_ns(reader.native_id) not in (None, READER_SLICE_NS),
+                 20, "the flooded reader on the default slice")
+        assert next_line(events, lambda line: True, 60).length == 1 << 30  # all of it read
+        go.touch()
+        assert next_line(events, lambda line: True).text == "quiet"
+        assert reader.native_id is not None
+        assert timeslice.slice_ns(reader.native_id) == READER_SLICE_NS
+        child.stop(0.0, timeout=20)

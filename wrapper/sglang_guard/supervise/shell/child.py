@@ -3,18 +3,18 @@
 Threads per launch (all daemons; they put events and decide nothing, except that a reader
 or scanner whose lines the caught-up loop will stop the child for sends the SIGTERM itself,
 first: the early stop, `Child._put_lines`):
-- one reader per pipe, on a short time slice until the guard signals the child
-  (READER_SLICE_NS): reads bytes (READ_CHUNK at a time), scans each chunk where the scan
-  takes no GIL per hit (`scan_on_reader`; LineReader.scan: past the start, the running
-  phase's literals in C; and the lines with an ESC or NUL) and hands it, with what the scan
-  found, to its writer and its scanner. A scan on Hyperscan, which takes the GIL for a
-  Python call per hit (while starting), is slower on the reader and is left to the scanner
-  (bench/README.md, "The log path, fifth round"; a start-up flood of near-miss lines ran 18%
-  slower there, 2 cores); with the C scan, measured alternated on a 16-core device host (4M
-  lines, 5 runs an arm), the log mix went from 8.99M to 9.69M lines/s and the near-miss mix
-  from 6.44M to 6.93M, the scanner then only reading lines; on 2 cores no change beyond
-  the spread (bench/README.md, "The log path, tenth round"). That C scan runs in the
-  read's own call (`_next`, linescan.read_scan: the GIL let go once for both);
+- one reader per pipe, on a short time slice while its child writes little, until the guard
+  signals the child (READER_SLICE_NS): reads bytes (READ_CHUNK at a time), scans each chunk
+  where the scan takes no GIL per hit (`scan_on_reader`; LineReader.scan: past the start,
+  the running phase's literals in C; and the lines with an ESC or NUL) and hands it, with
+  what the scan found, to its writer and its scanner. A scan on Hyperscan, which takes the
+  GIL for a Python call per hit (while starting), is slower on the reader and is left to the
+  scanner (bench/README.md, "The log path, fifth round"; a start-up flood of near-miss lines
+  ran 18% slower there, 2 cores); with the C scan, measured alternated on a 16-core device
+  host (4M lines, 5 runs an arm), the log mix went from 8.99M to 9.69M lines/s and the
+  near-miss mix from 6.44M to 6.93M, the scanner then only reading lines; on 2 cores no
+  change beyond the spread (bench/README.md, "The log path, tenth round"). That C scan runs
+  in the read's own call (`_next`, linescan.read_scan: the GIL let go once for both);
 - one writer per pipe: copies the chunks, byte-exact and in order, to the guard's own sink
   (WRITE_PIECE bytes per write; to a plain file's descriptor in C, the GIL released over a
   whole chunk's writes: `_put_out`);
@@ -159,19 +159,24 @@ PIPE_GRACE_S = 10.0  # after the main process exits, how long its pipes may stay
 # whole 5 ms, once.
 END_WAIT_S = 0.005
 BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the reader blocks
-# The time slice each pipe's reader asks of the kernel while the guard has not signalled the
-# child (common/shell/timeslice.py; Linux 6.12+, elsewhere nothing changes). The child's
-# write wakes its reader onto the child's own CPU, where with the default slice it waited
-# for the child to block; SGLang's scheduler runs on after its fatal traceback
-# (srt/managers/scheduler.py:6372-6373 on 0.5.23: it logs it, then signals its parent and
-# exits). Measured on 2 cores, 20 runs an arm (bench/README.md, "The idle reaction: the
-# reader's slice"): a child that computes on after its fatal line (the bench's `runs-on`)
-# was sent its SIGTERM 2.32 -> 1.03 ms after the write (q3 3.53 -> 1.31) and ended 4.08 ->
-# 2.73 ms after it (q3 6.32 -> 3.42); one that goes quiet (`idle`): 0.94 -> 0.90 and 2.45
-# -> 2.46. Once the guard sent the SIGTERM the readers go back to the default
-# (`Child._calm_readers`): left short, their wake-ups took the CPU from the dying child
-# (its end after the SIGTERM, 16 runs an arm: 1.56 -> 1.71 ms; put back: 1.58 -> 1.45).
+# The time slice each pipe's reader asks of the kernel while the child writes little and the
+# guard has not signalled it (`_Pump._pace`; common/shell/timeslice.py: Linux 6.12+,
+# elsewhere nothing changes). The child's write wakes its reader onto the child's own CPU,
+# where with the default slice it waited for the child to block; SGLang's scheduler runs on
+# after its fatal traceback (srt/managers/scheduler.py:6372-6373 on 0.5.23: it logs it,
+# then signals its parent and exits). Measured on 2 cores, alternated (bench/README.md, "The
+# idle reaction: the reader's slice"): a child that computes on after its fatal line (the
+# bench's `runs-on`) ended 2.42 -> 2.18 ms after it (q3 3.91 -> 2.46; 20 runs an arm;
+# another window, 2.63 -> 2.24 and q3 4.11 -> 2.36), its SIGTERM sent 2.32 -> 1.03 ms after
+# it; one that goes quiet (`idle`): 2.16 -> 2.17. A read of QUIET_READ or more (a flood)
+# puts the reader back on the default until a shorter one: on the short slice throughout,
+# the reader took the CPU at each of a flood's writes, and its reads were smaller and more
+# (log mix, 1M lines, 8 runs an arm: 0.200 CPU s per million lines, 0.210 throughout, 0.195
+# so paced). Once the guard sent the SIGTERM the readers go back to the default
+# (`Child._calm_readers`): left short, their wake-ups took the CPU from the dying child (its
+# end after the SIGTERM, 16 runs an arm: 1.56 -> 1.71 ms; put back: 1.58 -> 1.45).
 READER_SLICE_NS = SHORTEST_NS
+QUIET_READ = 64 * 1024  # bytes: a shorter read finds the child writing little
 # Bytes written since the last trim past which a quiet stream is trimmed. Counted as written,
 # not as the backlog's peak (the rule before): a flood the writer keeps up with never has a
 # backlog of 1 MiB, and leaves the heap ~2.5-2.8 MiB above idle untrimmed all the same (here,
@@ -268,6 +273,7 @@ class _Pump:
         self._turn = threading.Lock()
         self.sink_error: OSError | ValueError | None = None
         self.calm = False  # the guard signalled the child: the reader keeps the default slice
+        self._short = False  # the reader's slice is READER_SLICE_NS (`_pace`)
         self._fd = _plain_fd(sink)
         self.reader = threading.Thread(target=self._read, name=f"child-{gen}-{stream}-reader")
         self.writer = threading.Thread(target=self._write, name=f"child-{gen}-{stream}-writer")
@@ -286,8 +292,9 @@ class _Pump:
 
     def _read(self) -> None:
         self._named("read")
-        if not self.calm:  # the guard has not signalled the child yet
-            set_slice(READER_SLICE_NS)
+        # the short slice while the child writes little (`_pace`); not at all where the
+        # kernel keeps none, or where the guard has signalled the child already
+        paced = self._short = not self.calm and set_slice(READER_SLICE_NS)
         if self._warm is not None:
             self._warm()
         fd = self._pipe.fileno()
@@ -296,6 +303,8 @@ class _Pump:
         try:
             while (read := self._next(fd)) is not None:
                 chunk, hits = read
+                if paced:
+                    self._pace(len(chunk))
                 if self._read_total - self._written >= self._budget:
                     self._wait_for_writer(lambda: self._read_total - self._written
                                           < self._budget)
@@ -323,6 +332,17 @@ class _Pump:
             self._chunks.put(None)
             self._scans.put(None)
             self._pipe.close()
+
+    def _pace(self, size: int) -> None:
+        """The reader's slice for its next wait: READER_SLICE_NS after a read of less than
+        QUIET_READ (the child writes little: its next line is read at once), the kernel's
+        default after a longer one (a flood, whose reads then wait for the pipe to fill and
+        are fewer) and once the guard signalled the child. Asked of the kernel only when
+        it changes."""
+        quiet = size < QUIET_READ and not self.calm
+        if quiet != self._short:
+            self._short = quiet
+            set_slice(READER_SLICE_NS if quiet else 0)
 
     def _next(self, fd: int) -> tuple[bytes, Hits | None] | None:
         """The next chunk (None at EOF) and, where the reader scans it, its scan's hits.
