@@ -34,7 +34,7 @@ needs_slices = pytest.mark.skipif(not TAKES, reason="this kernel keeps no per-th
 def no_syscall(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A machine whose syscall numbers the module does not know."""
     timeslice._syscall.cache_clear()
-    monkeypatch.setattr(platform, "machine", lambda: "riscv64")
+    monkeypatch.setattr(timeslice, "_machine", lambda: "riscv64")
     yield
     timeslice._syscall.cache_clear()
 
@@ -85,6 +85,10 @@ def test_a_thread_on_another_policy_is_left_as_it_is() -> None:
 
     took, policy, read = _in_thread(work)
     assert not took and policy == os.SCHED_IDLE and read is None
+
+
+def test_the_machine_is_the_kernels() -> None:
+    assert timeslice._machine() == platform.machine()
 
 
 def test_a_machine_without_known_numbers_changes_nothing(no_syscall: None) -> None:

@@ -18,7 +18,7 @@ and 0.14 ms (q3 0.15) with a 0.1 ms one.
 from __future__ import annotations
 
 import ctypes
-import platform
+import os
 import sys
 from functools import cache
 from typing import Any
@@ -38,10 +38,16 @@ class _Attr(ctypes.Structure):
                 ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64)]
 
 
+def _machine() -> str:
+    """The CPU architecture as the kernel names it (`platform.machine`'s answer here, with no
+    import of `platform` on the run path)."""
+    return os.uname().machine
+
+
 @cache
 def _syscall() -> tuple[Any, int, int] | None:
     """libc's `syscall` and this machine's (sched_setattr, sched_getattr) numbers."""
-    numbers = _SYSCALLS.get(platform.machine()) if sys.platform.startswith("linux") else None
+    numbers = _SYSCALLS.get(_machine()) if sys.platform.startswith("linux") else None
     if numbers is None:
         return None
     try:
