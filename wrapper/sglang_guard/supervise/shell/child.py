@@ -163,20 +163,32 @@ BYTE_BUDGET = 256 * 1024 * 1024  # bytes read but not yet written before the rea
 # guard has not signalled it (`_Pump._pace`; common/shell/timeslice.py: Linux 6.12+,
 # elsewhere nothing changes). The child's write wakes its reader onto the child's own CPU,
 # where with the default slice it waited for the child to block; SGLang's scheduler runs on
-# after its fatal traceback (srt/managers/scheduler.py:6372-6373 on 0.5.23: it logs it,
-# then signals its parent and exits). Measured on 2 cores, alternated (bench/README.md, "The
-# idle reaction: the reader's slice"): a child that computes on after its fatal line (the
-# bench's `runs-on`) ended 2.42 -> 2.18 ms after it (q3 3.91 -> 2.46; 20 runs an arm;
-# another window, 2.63 -> 2.24 and q3 4.11 -> 2.36), its SIGTERM sent 2.32 -> 1.03 ms after
-# it; one that goes quiet (`idle`): 2.16 -> 2.17. A read of QUIET_READ or more (a flood)
-# puts the reader back on the default until a shorter one: on the short slice throughout,
-# the reader took the CPU at each of a flood's writes, and its reads were smaller and more
-# (log mix, 1M lines, 8 runs an arm: 0.200 CPU s per million lines, 0.210 throughout, 0.195
-# so paced). Once the guard sent the SIGTERM the readers go back to the default
-# (`Child._calm_readers`): left short, their wake-ups took the CPU from the dying child (its
-# end after the SIGTERM, 16 runs an arm: 1.56 -> 1.71 ms; put back: 1.58 -> 1.45).
+# after its fatal traceback (srt/managers/scheduler.py:6372-6373 on 0.5.23: it logs it, then
+# signals its parent and exits). Measured on 2 cores, alternated (bench/README.md, "The idle
+# reaction: the reader's slice"): a child that computes on after its fatal line (the bench's
+# `runs-on`) ended 2.42 -> 2.18 ms after it (q3 3.91 -> 2.46; 20 runs an arm; another
+# window, 2.63 -> 2.24 and q3 4.11 -> 2.36), its SIGTERM sent 2.32 -> 1.03 ms after it; one
+# that goes quiet (`idle`): 2.16 -> 2.17. A read of FLOOD_READ or more (a flood) puts the
+# reader back on the default until one shorter than QUIET_READ: on the short slice
+# throughout, the reader took the CPU at each of a flood's writes, and its reads were
+# smaller and more (log mix, 1M lines, 8 runs an arm: 0.200 CPU s per million lines, 0.210
+# throughout, 0.195 so paced). Once the guard sent the SIGTERM the readers go back to the
+# default (`Child._calm_readers`): left short, their wake-ups took the CPU from the dying
+# child (its end after the SIGTERM, 16 runs an arm: 1.56 -> 1.71 ms; put back: 1.58 ->
+# 1.45).
 READER_SLICE_NS = SHORTEST_NS
-QUIET_READ = 64 * 1024  # bytes: a shorter read finds the child writing little
+# The reader's slice follows its reads with a margin between two sizes, so that reads
+# around one size do not switch it back and forth (each switch is three system calls): a
+# read of FLOOD_READ or more (a flood's write, or more: the child ahead of the guard) puts
+# it on the default slice, one shorter than QUIET_READ (a line or a few) back on the short
+# one. On 2 cores a flood's first read of 64 KiB then lets the pipe fill, as f7157cf did.
+# With one 64 KiB bound, a 16-core device host's reader, which drains the pipe at each of
+# a flood's 64 KiB writes, could switch at most of its ~9,000 reads per 4M lines (a switch
+# costs ~5.6 us here): that wheel's run there showed the guard's user CPU per million lines
+# at 0.13 against 0.08 for the short slice throughout (another host, whose supervisord was
+# ~30% slower too; bench/README.md, "The idle reaction: the reader's slice").
+FLOOD_READ = 64 * 1024
+QUIET_READ = 4 * 1024
 # Bytes written since the last trim past which a quiet stream is trimmed. Counted as written,
 # not as the backlog's peak (the rule before): a flood the writer keeps up with never has a
 # backlog of 1 MiB, and leaves the heap ~2.5-2.8 MiB above idle untrimmed all the same (here,
@@ -336,13 +348,18 @@ class _Pump:
     def _pace(self, size: int) -> None:
         """The reader's slice for its next wait: READER_SLICE_NS after a read of less than
         QUIET_READ (the child writes little: its next line is read at once), the kernel's
-        default after a longer one (a flood, whose reads then wait for the pipe to fill and
-        are fewer) and once the guard signalled the child. Asked of the kernel only when
-        it changes."""
-        quiet = size < QUIET_READ and not self.calm
-        if quiet != self._short:
-            self._short = quiet
-            set_slice(READER_SLICE_NS if quiet else 0)
+        default after one of FLOOD_READ or more (a flood, whose reads then wait for the
+        pipe to fill and are fewer) and once the guard signalled the child; as it was
+        between the two. Asked of the kernel only when it changes."""
+        if self.calm or size >= FLOOD_READ:
+            short = False
+        elif size < QUIET_READ:
+            short = True
+        else:
+            return
+        if short != self._short:
+            self._short = short
+            set_slice(READER_SLICE_NS if short else 0)
 
     def _next(self, fd: int) -> tuple[bytes, Hits | None] | None:
         """The next chunk (None at EOF) and, where the reader scans it, its scan's hits.
