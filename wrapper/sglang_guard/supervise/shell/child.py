@@ -182,11 +182,11 @@ READER_SLICE_NS = SHORTEST_NS
 # read of FLOOD_READ or more (a flood's write, or more: the child ahead of the guard) puts
 # it on the default slice, one shorter than QUIET_READ (a line or a few) back on the short
 # one. On 2 cores a flood's first read of 64 KiB then lets the pipe fill, as f7157cf did.
-# With one 64 KiB bound, a 16-core device host's reader, which drains the pipe at each of
-# a flood's 64 KiB writes, could switch at most of its ~9,000 reads per 4M lines (a switch
-# costs ~5.6 us here): that wheel's run there showed the guard's user CPU per million lines
-# at 0.13 against 0.08 for the short slice throughout (another host, whose supervisord was
-# ~30% slower too; bench/README.md, "The idle reaction: the reader's slice").
+# With one 64 KiB bound, a 16-core device host's reader, which drains the pipe at about
+# each of a flood's 64 KiB writes, could switch at many of its ~9,000 reads per 4M lines (a
+# switch costs ~5.6 us here). A same-host A/B found one bound, the margin and 0ea0087 within
+# the spread there (bench/README.md, "The idle reaction: the reader's slice"); the margin
+# costs nothing and bounds the switches.
 FLOOD_READ = 64 * 1024
 QUIET_READ = 4 * 1024
 # Bytes written since the last trim past which a quiet stream is trimmed. Counted as written,
