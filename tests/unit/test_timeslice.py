@@ -97,12 +97,7 @@ def test_a_machine_without_known_numbers_changes_nothing(no_syscall: None) -> No
     assert timeslice.slice_ns() is None
 
 
-def test_a_thread_that_is_gone_is_no_error() -> None:
-    thread = threading.Thread(target=lambda: None)
-    thread.start()
-    thread.join()
-    gone = thread.native_id
-    assert gone is not None
-    # its id may be reused by now; a number no thread can have says no all the same
+def test_an_id_no_thread_has_is_no_error() -> None:
+    # (a thread that ended would do, but its id may be reused at once; this one cannot be)
     assert timeslice.set_slice(timeslice.SHORTEST_NS, 2**31 - 1) is False
     assert timeslice.slice_ns(2**31 - 1) is None

@@ -58,7 +58,9 @@ def _syscall() -> tuple[Any, int, int] | None:
     return call, numbers[0], numbers[1]
 
 
-def _get(tid: int) -> _Attr | None:
+def _fair(tid: int) -> _Attr | None:
+    """Thread `tid`'s attributes where it runs on a fair policy; None otherwise, or where
+    they cannot be read."""
     found = _syscall()
     if found is None:
         return None
@@ -67,16 +69,14 @@ def _get(tid: int) -> _Attr | None:
     if call(ctypes.c_long(getattr_nr), ctypes.c_long(tid), ctypes.byref(attr),
             ctypes.c_uint(ctypes.sizeof(attr)), ctypes.c_uint(0)) != 0:
         return None
-    return attr
+    return attr if attr.policy in (_SCHED_OTHER, _SCHED_BATCH) else None
 
 
 def slice_ns(tid: int = 0) -> int | None:
     """The slice thread `tid` (0: the calling one) runs with, in ns; None where the kernel
     does not say (before 6.12 it reads 0 for a fair thread; not Linux)."""
-    attr = _get(tid)
-    if attr is None or attr.policy not in (_SCHED_OTHER, _SCHED_BATCH) or not attr.runtime:
-        return None
-    return int(attr.runtime)
+    attr = _fair(tid)
+    return int(attr.runtime) if attr is not None and attr.runtime else None
 
 
 def set_slice(ns: int, tid: int = 0) -> bool:
@@ -85,9 +85,8 @@ def set_slice(ns: int, tid: int = 0) -> bool:
     id), its policy and nice value kept. Whether the kernel took it: for `ns`, it now
     reports that slice (not before 6.12); for 0, the call succeeded. A thread on a policy
     other than a fair one is left as it is (False)."""
-    found = _syscall()
-    attr = _get(tid)
-    if found is None or attr is None or attr.policy not in (_SCHED_OTHER, _SCHED_BATCH):
+    found, attr = _syscall(), _fair(tid)
+    if found is None or attr is None:
         return False
     call, setattr_nr, _ = found
     attr.size = ctypes.sizeof(attr)
@@ -97,5 +96,5 @@ def set_slice(ns: int, tid: int = 0) -> bool:
         return False
     if not ns:
         return True
-    now = _get(tid)
+    now = _fair(tid)
     return now is not None and now.runtime == ns

@@ -727,9 +727,10 @@ class Child:
             return stopping
 
     def _calm_readers(self) -> None:
-        """After the guard's SIGTERM: the pipes' readers back on the kernel's default slice
-        (READER_SLICE_NS), by their native ids, so that their wake-ups at the pipes' EOF do
-        not preempt the dying tree. A reader not started yet never asks for the short one."""
+        """After the guard's SIGTERM: the pipes' readers off READER_SLICE_NS and back on the
+        kernel's default slice, by their native ids, so that their wake-ups at the pipes' EOF
+        do not preempt the dying tree. A reader not started yet never asks for the short one;
+        one that asked just as this ran goes back at its next read (`_pace`)."""
         for pump in self._pumps:
             pump.calm = True
             tid = pump.reader.native_id
