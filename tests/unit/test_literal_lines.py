@@ -307,6 +307,35 @@ def test_read_scan_reads_as_os_read_and_scans_as_literal_lines(seed: int) -> Non
 
 
 @needs_c
+@pytest.mark.parametrize("waiting", [1, 99, 4095, 4096, 4097, 60_000])
+def test_read_scan_takes_what_waits_in_the_pipe_as_os_read_does(waiting: int) -> None:
+    """The chunks are os.read's whether fewer, as many or more bytes than `size` wait in the
+    pipe (a shorter read's object is shrunk in place, not copied), and the next read blocks
+    for what the writer writes after."""
+    from sglang_guard.rules import _linescan  # noqa: PLC0415 - built here (needs_c)
+
+    data = (b"x" * 97 + b"\n") * (waiting // 98 + 1)
+    read_fd, write_fd = os.pipe()
+    try:
+        os.write(write_fd, data[:waiting])
+        got = bytearray()
+        while len(got) < waiting:
+            chunk, pairs = _linescan.read_scan(read_fd, 4096, [b"y"], 3, True)
+            assert type(chunk) is bytes
+            assert len(chunk) == min(4096, waiting - len(got))
+            assert pairs == (None if b"\n" not in chunk else [])
+            got += chunk
+        assert bytes(got) == data[:waiting]
+        later = threading.Timer(0.05, os.write, (write_fd, b"late y\n"))
+        later.start()
+        assert _linescan.read_scan(read_fd, 4096, [b"y"]) == (b"late y\n", [(0, 7)])
+        later.join()
+    finally:
+        os.close(read_fd)
+        os.close(write_fd)
+
+
+@needs_c
 def test_read_scan_raises_what_os_read_raises() -> None:
     from sglang_guard.rules import _linescan  # noqa: PLC0415 - built here (needs_c)
 
