@@ -46,6 +46,55 @@ def machine() -> str:
             f"Linux {platform.release()}; Python {platform.python_version()}; load {load}")
 
 
+class Window:
+    """How fast this machine ran while each section ran: a fixed piece of pure-Python work
+    timed (best of 5) before and after the section, and the hypervisor's steal time over it
+    (/proc/stat; 0 off a VM). A 2-core VM's wall-clock figures move 30-50% between windows
+    with the same code doing the same work (the same instruction count: `check, cached,
+    instructions`); this says which window a run had, where before only its peers' own
+    figures did."""
+
+    def __init__(self) -> None:
+        self.rows: list[str] = []
+        self._at: tuple[float, tuple[int, int] | None] | None = None
+
+    @staticmethod
+    def loop_ms() -> float:
+        """The fixed work's best time of 5, in ms (~15-25 ms each on the 2-core VM)."""
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            sum(i * i for i in range(300_000))
+            best = min(best, time.perf_counter() - start)
+        return best * 1e3
+
+    @staticmethod
+    def _ticks() -> tuple[int, int] | None:
+        """(steal, total) jiffies of all CPUs so far; None where /proc/stat says nothing."""
+        try:
+            fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+            values = [int(v) for v in fields]
+        except (OSError, ValueError):
+            return None
+        # guest time is also counted in user time: leave it out of the total
+        return (values[7] if len(values) > 7 else 0), sum(values[:8])
+
+    def begin(self) -> None:
+        self._at = (self.loop_ms(), self._ticks())
+
+    def end(self, section: str) -> None:
+        assert self._at is not None  # begin() first
+        before, ticks = self._at
+        after, now = self.loop_ms(), self._ticks()
+        steal = ("steal ?" if ticks is None or now is None or now[1] <= ticks[1]
+                 else f"steal {100 * (now[0] - ticks[0]) / (now[1] - ticks[1]):.1f}%")
+        self.rows.append(f"{section} {before:.1f} -> {after:.1f} ms, {steal}")
+
+    def line(self) -> str:
+        return ("# window (a fixed loop's best of 5 before -> after each section; the "
+                "hypervisor's steal time over it): " + "; ".join(self.rows))
+
+
 def guard_build() -> str:
     """One line: what the guard's own processes import (asked of a child with this
     interpreter and environment, as the bench starts the guard): its commit, the Hyperscan
@@ -125,23 +174,26 @@ def main() -> int:
                   f"{args.runs} runs; ratio = median over runs of guard/peer"]
         print("\n".join(header), file=sys.stderr)
         figures: list[Figure] = []
+        window = Window()
+        sizes = [int(n) for n in args.lines.split(",") if n]
+        runs = {
+            "pass": lambda: pass_through.measure(tmp, peers, sizes, args.runs),
+            "reaction": lambda: reaction.measure(tmp, peers, args.runs),
+            "flood": lambda: flood.measure(tmp, peers, args.runs),
+            "lifecycle": lambda: lifecycle.measure(tmp, peers, args.runs,
+                                                   crash_loop=not args.no_crash_loop),
+            "check": lambda: check.measure(tmp, max(args.runs, 5)),
+        }
         try:
-            if "pass" in sections:
-                sizes = [int(n) for n in args.lines.split(",") if n]
-                figures += pass_through.measure(tmp, peers, sizes, args.runs)
-            if "reaction" in sections:
-                figures += reaction.measure(tmp, peers, args.runs)
-            if "flood" in sections:
-                figures += flood.measure(tmp, peers, args.runs)
-            if "lifecycle" in sections:
-                figures += lifecycle.measure(tmp, peers, args.runs,
-                                             crash_loop=not args.no_crash_loop)
-            if "check" in sections:
-                figures += check.measure(tmp, max(args.runs, 5))
+            for section in SECTIONS:
+                if section in sections:
+                    window.begin()
+                    figures += runs[section]()
+                    window.end(section)
         finally:
             kill_strays(str(tmp))  # whatever a failed run left behind
         elapsed = time.monotonic() - started
-        print("\n".join([*header, f"# took {elapsed:.0f} s", table(figures)]))
+        print("\n".join([*header, f"# took {elapsed:.0f} s", window.line(), table(figures)]))
     if args.json:
         args.json.write_text(json.dumps([f.as_json() for f in figures], indent=2) + "\n")
     return 0
