@@ -60,7 +60,7 @@ class Window:
 
     @staticmethod
     def loop_ms() -> float:
-        """The fixed work's best time of 5, in ms (~15-25 ms each on the 2-core VM)."""
+        """The fixed work's best time of 5, in ms (on the 2-core VM ~12-14 quiet, ~20-22 slow)."""
         best = float("inf")
         for _ in range(5):
             start = time.perf_counter()
