@@ -14,6 +14,12 @@ and exits; the parent's handler then stops the tree), where `idle` sleeps. It wr
 pid to DIR/pid; SIGTERM is not handled, so it ends the process at once, and the bench sees
 that end on a pidfd (a Python-level handler would run only when the main thread next runs
 bytecode). Later launches print the ready line and wait.
+
+Where DIR/arrival is a FIFO (the bench's `arrival` runs), launch 1 instead gives SIGTERM a
+Python-level handler and the FIFO to `signal.set_wakeup_fd`: CPython's C-level handler writes
+a byte there as the signal is delivered, before any bytecode runs, and the bench reads when
+the SIGTERM reached the child (issue 24's measure) rather than when the child ended. The
+handler then ends the process with SIGTERM at its default action.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 
 from reactchild import CRASH, READY, SPECIFIC
 
@@ -37,6 +44,12 @@ FATAL = ("\n".join([CRASH, '  File "scheduler.py", line 1, in run_scheduler_proc
          + "\n").encode()
 
 
+def _end(_sig: int, _frame: FrameType | None) -> None:
+    """After the C-level handler wrote the arrival: end as SIGTERM's default action does."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.raise_signal(signal.SIGTERM)
+
+
 def main() -> int:
     """One launch."""
     workdir, mode = Path(sys.argv[1]), sys.argv[2]
@@ -48,6 +61,10 @@ def main() -> int:
         threading.Event().wait()
         return 0
 
+    arrival = workdir / "arrival"
+    if arrival.is_fifo():  # the bench holds the read end open: no ENXIO
+        signal.set_wakeup_fd(os.open(arrival, os.O_WRONLY | os.O_NONBLOCK))
+        signal.signal(signal.SIGTERM, _end)
     (workdir / "pid.tmp").write_text(str(os.getpid()))
     (workdir / "pid.tmp").replace(workdir / "pid")  # the bench watches this pid's end
     lock = threading.Lock()  # a stdout write is never cut by the fatal write
